@@ -1,0 +1,77 @@
+"""ALiBi in JAX / Flax NNX. Spec: `posenc_np.alibi_slopes`, `posenc_np.alibi_bias`."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc_np._validate import check_integer_positions
+from posenc_np.alibi import alibi_slopes as _spec_slopes
+from posenc_np.alibi import check_alibi_args, check_position_pair
+
+from ._common import is_traced, resolve_dtype, spec_constant
+
+__all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
+
+
+def position_pair(q_positions, k_positions, *, integer: bool):
+    """Arrays for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
+
+    Concrete `integer=True` positions must hold integers (ValueError naming the argument); under
+    jax.jit values cannot be read, so a floating dtype is a TypeError instead.
+    """
+    pair = []
+    for name, x in (("q_positions", q_positions), ("k_positions", k_positions)):
+        x = x if is_traced(x) else jnp.asarray(x)
+        if x.ndim < 1:
+            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
+        if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.complexfloating):
+            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+        if integer and jnp.issubdtype(x.dtype, jnp.floating):
+            if is_traced(x):
+                raise TypeError(f"{name} must be an integer array under jit, got {x.dtype}")
+            x = jnp.asarray(check_integer_positions(name, np.asarray(x, dtype=np.float64)).astype(np.int32))
+        pair.append(x)
+    check_position_pair(pair[0].shape, pair[1].shape)
+    return tuple(pair)
+
+
+def alibi_slopes(num_heads, *, dtype=None):
+    """`[num_heads]` slopes computed by the spec in float64, returned as `dtype` (float32 default)."""
+    num_heads = check_alibi_args(num_heads, "symmetric")
+    return jnp.asarray(_spec_slopes(num_heads), dtype=resolve_dtype(dtype))
+
+
+def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+    """`[..., num_heads, q, k]` ALiBi bias; see `posenc_np.alibi_bias`.
+
+    Spec slopes as float32 constants; integer positions are subtracted as integers (int32 without
+    x64) before the float32 product. Works under jax.jit with positions as data.
+    """
+    num_heads = check_alibi_args(num_heads, form)
+    q, k = position_pair(q_positions, k_positions, integer=False)
+    slopes = spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads))[:, None, None]
+    i = q[..., None, :, None]
+    j = k[..., None, None, :]
+    as_float = lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32))  # noqa: E731
+    if form == "symmetric":
+        bias = -slopes * as_float(jnp.abs(i - j))
+    elif form == "causal":
+        bias = -slopes * as_float(i - j)
+    else:
+        shape = (*jnp.broadcast_shapes(i.shape, j.shape)[:-3], num_heads, q.shape[-1], k.shape[-1])
+        bias = jnp.broadcast_to(slopes * as_float(j), shape)
+    return bias.astype(resolve_dtype(dtype))
+
+
+class ALiBi(nnx.Module):
+    """ALiBi bias as an NNX module (no parameters): `ALiBi(num_heads, form=...)(q_positions, k_positions)`."""
+
+    def __init__(self, num_heads, *, form="symmetric", dtype=None):
+        self.num_heads = check_alibi_args(num_heads, form)
+        self.form = form
+        self.dtype = resolve_dtype(dtype)
+
+    def __call__(self, q_positions, k_positions):
+        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, dtype=self.dtype)

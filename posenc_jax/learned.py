@@ -1,0 +1,67 @@
+"""Learned absolute tables and their resizing in JAX / Flax NNX. Spec: `posenc_np.learned`, `posenc_np.resize_table`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np.learned import resize_weights
+
+from ._common import is_traced, spec_constant
+
+__all__ = ["learned", "resize_table", "LearnedEncoding"]
+
+
+def learned(table, positions):
+    """`table[positions]`; see `posenc_np.learned`.
+
+    JAX gathers clamp out-of-range indices silently. Eagerly (concrete positions) an out-of-range or
+    non-integer position raises ValueError; under jax.jit it cannot raise, so out-of-range positions
+    give NaN rows (never a clamped row), and floating positions are a TypeError.
+    """
+    check_table("table", table.shape)
+    rows = table.shape[0]
+    if is_traced(positions):
+        if jnp.issubdtype(positions.dtype, jnp.floating):
+            raise TypeError(f"positions must be an integer array under jit, got {positions.dtype}")
+        inside = (positions >= 0) & (positions < rows)
+        gathered = jnp.take(table, jnp.clip(positions, 0, rows - 1), axis=0)
+        return jnp.where(inside[..., None], gathered, jnp.asarray(jnp.nan, table.dtype))
+    checked = check_integer_positions("positions", np.asarray(positions))
+    check_positions_in_table("positions", checked, rows)
+    return jnp.take(table, jnp.asarray(checked, dtype=jnp.int32), axis=0)
+
+
+def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75):
+    """`[L, dim] -> [new_len, dim]` on the spec's grid; see `posenc_np.resize_table`.
+
+    Not `jax.image.resize` (antialiased by default, a = -0.5 cubic, no align_corners): the gather
+    indices and weights come from `posenc_np.resize_weights`. Sums in float32 at least; the result has
+    the table's dtype.
+    """
+    check_table("table", table.shape)
+    new_len = check_positive_int("new_len", new_len)
+    old_len = int(table.shape[0])  # the constants below must not close over the tensor (torch.compile)
+    key = ("resize", old_len, new_len, method, align_corners, float(cubic_a))
+    make = lambda: resize_weights(old_len, new_len, method=method,  # noqa: E731
+                                  align_corners=align_corners, cubic_a=cubic_a)
+    index = spec_constant(key + ("index",), lambda: make()[0], dtype=jnp.int32)
+    compute = jnp.promote_types(table.dtype, jnp.float32)
+    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute)  # [new_len, taps]
+    out = jnp.einsum("nk,nkd->nd", weight, jnp.asarray(table).astype(compute)[index])
+    return out.astype(table.dtype)
+
+
+class LearnedEncoding(nnx.Module):
+    """A trainable `[max_len, dim]` table (`nnx.Param` attribute `table`, N(0, 0.02) init)."""
+
+    def __init__(self, max_len, dim, *, rngs: nnx.Rngs, dtype=jnp.float32):
+        self.max_len = check_positive_int("max_len", max_len)
+        self.dim = check_positive_int("dim", dim)
+        self.table = nnx.Param(0.02 * jax.random.normal(rngs.params(), (self.max_len, self.dim), dtype))
+
+    def __call__(self, positions):
+        return learned(self.table[...], positions)

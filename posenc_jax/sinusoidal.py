@@ -1,0 +1,64 @@
+"""Sinusoidal absolute encodings in JAX / Flax NNX. The math and its conventions: `posenc_np.sinusoidal`."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
+from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
+
+from ._common import is_traced, resolve_dtype, spec_constant
+
+__all__ = ["sinusoidal", "SinusoidalEncoding"]
+
+
+def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype=None):
+    """`[*positions.shape] -> [*positions.shape, dim]`; see `posenc_np.sinusoidal`.
+
+    Angles are float32 whatever `dtype` is (also with jax_enable_x64, so results do not depend on
+    that flag); the result is cast to `dtype` (float32 when None) at the end.
+    """
+    dim = check_sinusoidal_args(dim, base, layout, denominator)
+    inv_freq = spec_constant(("sinusoid", dim, float(base), denominator),
+                             lambda: sinusoid_inv_freq(dim, base=base, denominator=denominator))
+    angles = jnp.asarray(positions).astype(jnp.float32)[..., None] * inv_freq  # [..., dim/2]
+    sin, cos = jnp.sin(angles), jnp.cos(angles)
+    if layout == "interleaved":
+        table = jnp.stack([sin, cos], axis=-1).reshape(*angles.shape[:-1], dim)
+    else:
+        table = jnp.concatenate([sin, cos], axis=-1)
+    return table.astype(resolve_dtype(dtype))
+
+
+class SinusoidalEncoding(nnx.Module):
+    """`sinusoidal` with its parameters bound (Flax NNX); called with `positions`.
+
+    With `max_len`, rows 0..max_len-1 come from the float64 spec (a constant, not a parameter) and
+    are gathered; positions beyond are computed (under jit by a `where`, since nothing can branch on
+    traced values). `dtype` is the output dtype; angles stay float32.
+    """
+
+    def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", max_len=None, dtype=None):
+        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
+        self.base, self.layout, self.denominator, self.max_len = float(base), layout, denominator, max_len
+        self.dtype = dtype
+        rows = 0 if max_len is None else int(max_len)
+        self.cache = nnx.Cache(jnp.asarray(np.asarray(
+            spec_sinusoidal(range(rows), self.dim, base=self.base, layout=layout, denominator=denominator),
+            np.float32).reshape(rows, self.dim)))
+
+    def __call__(self, positions):
+        positions = jnp.asarray(positions)
+        computed = sinusoidal(positions, self.dim, base=self.base, layout=self.layout,
+                              denominator=self.denominator, dtype=self.dtype)
+        cache = self.cache[...]
+        rows = cache.shape[0]
+        if rows == 0:
+            return computed
+        if not is_traced(positions) and positions.size and int(positions.max()) >= rows:
+            return computed
+        inside = (positions >= 0) & (positions < rows)
+        gathered = cache[jnp.clip(positions, 0, rows - 1)].astype(computed.dtype)
+        return jnp.where(inside[..., None], gathered, computed)

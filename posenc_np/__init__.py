@@ -1,0 +1,40 @@
+"""posenc_np: the specification. Float64 NumPy, every encoding with its formula and source.
+
+Backends (posenc_torch, posenc_tf, posenc_jax) export the same names and are checked against these
+functions by `posenc check`. See ../shared/API.md for the contract.
+"""
+
+from .alibi import alibi_bias, alibi_slopes
+from .attention import attention
+from .conventions import Convention, conventions
+from .learned import learned, resize_table, resize_weights
+from .relative import relative_embeddings
+from .rope import apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation, scaling_from_hf_config
+from .sinusoidal import sinusoidal, sinusoid_inv_freq
+from .t5 import t5_bias, t5_bucket
+from .testing import tolerance
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "apply_rope",
+    "permute_qk_rows",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "rope_permutation",
+    "scaling_from_hf_config",
+    "alibi_bias",
+    "alibi_slopes",
+    "attention",
+    "relative_embeddings",
+    "t5_bias",
+    "t5_bucket",
+    "Convention",
+    "conventions",
+    "learned",
+    "resize_table",
+    "resize_weights",
+    "sinusoidal",
+    "sinusoid_inv_freq",
+    "tolerance",
+]

@@ -1,0 +1,87 @@
+"""Validation rules and error messages, written once for every backend.
+
+Backends call these on their Python-level arguments (dims, layouts, methods, configs) before building
+any graph, so a bad argument gets the same message in NumPy, PyTorch, TensorFlow and JAX.
+Array *values* (positions) are checked here for NumPy and for eager backends; under a tracer the
+backends document what they do instead (see each backend's docstring).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "check_choice",
+    "check_positive_int",
+    "check_even_dim",
+    "check_positive_float",
+    "check_integer_positions",
+    "check_positions_in_table",
+    "check_table",
+]
+
+
+def check_choice(name: str, value, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {sorted(choices)}")
+    return value
+
+
+def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}={value!r} must be an integer")
+    if value < minimum:
+        raise ValueError(f"{name}={value!r} must be >= {minimum}")
+    return int(value)
+
+
+def check_even_dim(name: str, value) -> int:
+    value = check_positive_int(name, value)
+    if value % 2:
+        raise ValueError(f"{name}={value} must be even: the encoding works on (sin, cos) pairs")
+    return value
+
+
+def check_positive_float(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name}={value!r} must be a finite real number")
+    if value <= 0:
+        raise ValueError(f"{name}={value!r} must be > 0")
+    return float(value)
+
+
+def check_integer_positions(name: str, positions) -> np.ndarray:
+    """Positions that index something (tables, buckets) must hold integers; floats equal to integers pass."""
+    positions = np.asarray(positions)
+    if positions.dtype.kind in "iu":
+        return positions
+    if positions.dtype.kind == "b" or positions.dtype.kind not in "f":
+        raise TypeError(f"{name} must be an integer array, got dtype {positions.dtype}")
+    as_float = positions.astype(np.float64)
+    if not np.all(np.isfinite(as_float)) or np.any(as_float != np.round(as_float)):
+        bad = as_float[~(np.isfinite(as_float) & (as_float == np.round(as_float)))].ravel()[:3]
+        raise ValueError(f"{name} must hold integers, got non-integer values such as {bad.tolist()}")
+    return as_float.astype(np.int64)
+
+
+def check_positions_in_table(name: str, positions: np.ndarray, num_rows: int) -> None:
+    if positions.size and (positions.min() < 0 or positions.max() >= num_rows):
+        bad = positions[(positions < 0) | (positions >= num_rows)].ravel()[:3]
+        raise ValueError(
+            f"{name} out of range for a table of {num_rows} rows: valid positions are 0..{num_rows - 1}, "
+            f"got {bad.tolist()}"
+        )
+
+
+def check_table(name: str, shape, *, rows: int | None = None, cols: int | None = None) -> None:
+    """A 2-D table `[rows, cols]`; `rows`/`cols` pin the expected sizes when the caller knows them."""
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {shape}")
+    if rows is not None and shape[0] != rows:
+        raise ValueError(f"{name} must have {rows} rows, got shape {shape}")
+    if cols is not None and shape[1] != cols:
+        raise ValueError(f"{name} must have {cols} columns, got shape {shape}")

@@ -1,0 +1,157 @@
+"""Named conventions: how each published codebase parametrises a contract function.
+
+`conventions["tensor2tensor"].params` are the keyword arguments that make `sinusoidal` compute what
+tensor2tensor's `get_timing_signal_1d` computes; `position_offset` is the first position a codebase
+uses (fairseq and RoBERTa start at padding_idx + 1 = 2). The formulas and the evidence for each entry
+are in ../shared/research/pe-conventions.md (section numbers in `source`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = ["Convention", "conventions", "families", "FAMILY_OF_ENCODING"]
+
+#: The `posenc check --encoding` family name of each contract function.
+FAMILY_OF_ENCODING = {
+    "sinusoidal": "sinusoidal",
+    "learned": "learned",
+    "resize_table": "resize",
+    "apply_rope": "rope",
+    "alibi_bias": "alibi",
+    "t5_bias": "t5",
+    "relative_embeddings": "relative",
+}
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One codebase's way of using a contract function.
+
+    Attributes:
+        name: registry key.
+        encoding: the contract function it parametrises ("sinusoidal", "apply_rope", ...).
+        params: keyword arguments for that function.
+        position_offset: first position index the codebase feeds (0 unless it starts later).
+        source: paper and codebase file.
+        notes: what a port has to know that `params` cannot say.
+        extra: facts that are not function arguments (row counts, padding rows, head-dim fractions).
+    """
+
+    name: str
+    encoding: str
+    params: dict
+    position_offset: int = 0
+    source: str = ""
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return FAMILY_OF_ENCODING[self.encoding]
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+
+
+_ALL = [
+    # --- sinusoidal (pe-conventions.md section 1) ---
+    Convention(
+        "vaswani", "sinusoidal", {"layout": "interleaved", "denominator": "dim", "base": 10000.0},
+        source="Vaswani et al. 2017 (arXiv:1706.03762) section 3.5; keras-hub sine_position_encoding.py",
+        notes="Paper frequencies base**(-2i/dim), sin on even and cos on odd channels; tokens scaled by sqrt(d).",
+    ),
+    Convention(
+        "tensor2tensor", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
+        source="tensor2tensor/layers/common_attention.py get_timing_signal_1d (pe-conventions.md 1.2)",
+        notes="Frequencies base**(-i/(dim/2-1)) and [sin | cos] halves; also TF Model Garden's "
+              "'RelativePositionEmbedding' and Flax's WMT sinusoidal_init.",
+    ),
+    Convention(
+        "fairseq", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
+        position_offset=2,
+        source="fairseq/modules/sinusoidal_positional_embedding.py, fairseq/utils.py make_positions (1.3)",
+        notes="Positions start at padding_idx + 1 = 2 (cumsum of non-pad tokens + padding_idx); the "
+              "table row padding_idx = 1 is zeroed and is what pad tokens get.",
+        extra={"padding_idx": 1, "zero_rows": (1,)},
+    ),
+    # --- learned (section 2) ---
+    Convention(
+        "bert", "learned", {}, source="google-research/bert modeling.py; HF models/bert/modeling_bert.py (2.1)",
+        notes="Rows 0..511 for 512 tokens, positions arange(seq) (+ past length), not padding-aware.",
+        extra={"num_rows": 512},
+    ),
+    Convention(
+        "roberta", "learned", {}, position_offset=2,
+        source="HF models/roberta/modeling_roberta.py create_position_ids_from_input_ids; fairseq (2.3)",
+        notes="514 rows = 512 + padding_idx + 1; real tokens use rows 2..513, pads row 1. Porting to a "
+              "0-based table drops rows [:2].",
+        extra={"num_rows": 514, "padding_idx": 1},
+    ),
+    # --- rotary (section 3) ---
+    Convention(
+        "meta-llama", "apply_rope", {"layout": "interleaved"},
+        source="meta-llama/llama llama/model.py precompute_freqs_cis / apply_rotary_emb (3.2)",
+        notes="Complex-number form on pairs (2j, 2j+1); float32 math; positions are cache offsets start_pos + t.",
+    ),
+    Convention(
+        "hf-llama", "apply_rope", {"layout": "half"},
+        source="HF models/llama/modeling_llama.py rotate_half; convert_llama_weights_to_hf.py permute (3.3)",
+        notes="Pairs (j, j + r/2); checkpoints converted from Meta have q/k rows permuted per head.",
+    ),
+    Convention(
+        "gptj", "apply_rope", {"layout": "interleaved", "rotary_dim": 64},
+        source="HF models/gptj/modeling_gptj.py rotate_every_two (3.4)",
+        notes="Only the first 64 channels of each 256-wide head rotate; frequencies use rotary_dim.",
+    ),
+    Convention(
+        "gpt-neox", "apply_rope", {"layout": "half", "rotary_pct": 0.25},
+        source="HF models/gpt_neox/modeling_gpt_neox.py (3.5)",
+        notes="rotary_ndims = int(head_size * rotary_pct); fused query_key_value is laid out per head.",
+    ),
+    # --- ALiBi (section 4) ---
+    Convention(
+        "press-alibi", "alibi_bias", {"form": "causal"},
+        source="Press et al. 2021 (arXiv:2108.12409); ofirpress/attention_with_linear_biases (4.1)",
+        notes="-m (i - j) for keys j <= i; use with a causal mask.",
+    ),
+    Convention(
+        "bloom-alibi", "alibi_bias", {"form": "bloom"},
+        source="HF models/bloom/modeling_bloom.py build_alibi_tensor (4.2)",
+        notes="+m * j on key positions only (cumsum of the attention mask); equals the paper's softmax "
+              "only under a causal mask; added after the 1/sqrt(d) scale.",
+    ),
+    # --- T5 (section 5) ---
+    Convention(
+        "t5", "t5_bias", {"bidirectional": True, "num_buckets": 32, "max_distance": 128},
+        source="HF models/t5/modeling_t5.py T5Attention._relative_position_bucket; Raffel et al. 2019 (5.1)",
+        notes="Encoder; relative_position = key - query; logits are not scaled by 1/sqrt(d_kv). HF table "
+              "[num_buckets, heads]; t5x/Mesh TF store [heads, num_buckets].",
+    ),
+    Convention(
+        "t5-decoder", "t5_bias", {"bidirectional": False, "num_buckets": 32, "max_distance": 128},
+        source="HF models/t5/modeling_t5.py (decoder self-attention) (5.1)",
+        notes="Unidirectional: future keys all fall in bucket 0.",
+    ),
+    # --- relative (section 6) ---
+    Convention(
+        "shaw", "relative_embeddings", {},
+        source="Shaw et al. 2018 (arXiv:1803.02155); tensor2tensor dot_product_attention_relative (6)",
+        notes="Row clip(j - i, -k, k) + k of a [2k+1, depth] table (key - query).",
+    ),
+    Convention(
+        "hf-bert-relative-key", "relative_embeddings", {"sign": "query-key"},
+        source="HF models/bert/modeling_bert.py position_embedding_type='relative_key' (6)",
+        notes="distance = query - key, index distance + max_pos - 1 of a [2*max_pos - 1, head_dim] table, no "
+              "clipping. Reversing the rows (table[::-1]) gives the Shaw table with k = max_pos - 1.",
+    ),
+]
+
+conventions = MappingProxyType({c.name: c for c in _ALL})
+
+
+def families() -> list[str]:
+    """Family names `posenc check --encoding` accepts, in contract order."""
+    return list(dict.fromkeys(FAMILY_OF_ENCODING.values()))

@@ -1,0 +1,396 @@
+"""Rotary position embedding (RoPE): the specification (float64 NumPy).
+
+Shapes: `x` is `[..., seq, dim]` (queries or keys, heads and batch leading); `positions` broadcasts
+against `x.shape[:-1]`; `r` = `rotary_dim` (the first `r` channels rotate, the rest pass through).
+
+Backends import the validation (`resolve_rotary_dim`, `check_rope_shapes`) and the parameter-only
+numbers (`rope_plan`: inverse frequencies in turns, attention scale, the pieces that sequence-length
+dependent scalings need in-graph) from here and implement only the position-dependent math.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._dtypes import dtype_name, spec_output_dtype
+from ._validate import check_choice, check_even_dim, check_integer_positions, check_positive_float
+from .scaling import SCALING_TYPES, dynamic_growth, resolve_scaling
+
+__all__ = [
+    "ROPE_LAYOUTS",
+    "RopePlan",
+    "rope_plan",
+    "resolve_rotary_dim",
+    "check_rope_shapes",
+    "rope_frequencies",
+    "rope_cos_sin",
+    "apply_rope",
+    "rope_permutation",
+    "permute_qk_rows",
+    "scaling_from_hf_config",
+    "split_float32",
+]
+
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+def resolve_rotary_dim(head_dim, rotary_dim=None, rotary_pct=None) -> int:
+    """The rotated width: `rotary_dim`, or `int(head_dim * rotary_pct)` (GPT-NeoX), or all of `head_dim`.
+
+    Raises:
+        ValueError: both given, odd result, `rotary_dim > head_dim`, `rotary_pct` outside (0, 1].
+    """
+    if rotary_dim is not None and rotary_pct is not None:
+        raise ValueError(f"rotary_dim={rotary_dim!r} and rotary_pct={rotary_pct!r} are mutually exclusive")
+    if rotary_pct is not None:
+        pct = check_positive_float("rotary_pct", rotary_pct)
+        if pct > 1:
+            raise ValueError(f"rotary_pct={rotary_pct!r} must be in (0, 1]")
+        if head_dim is None:
+            raise ValueError("rotary_pct needs the head dim (head_dim=, or x's last axis)")
+        rotary_dim = int(head_dim * pct)
+        if rotary_dim < 2 or rotary_dim % 2:
+            raise ValueError(f"rotary_pct={rotary_pct!r} gives rotary_dim = int({head_dim} * {rotary_pct}) = "
+                             f"{rotary_dim}, which must be even and >= 2")
+    if rotary_dim is None:
+        if head_dim is None:
+            raise ValueError("rotary_dim is required")
+        rotary_dim = head_dim
+    rotary_dim = check_even_dim("rotary_dim", rotary_dim)
+    if head_dim is not None and rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim={rotary_dim} is larger than the head dim {head_dim}")
+    return rotary_dim
+
+
+def check_rope_shapes(x_shape, positions_shape) -> None:
+    """`positions` must broadcast against `x.shape[:-1]` without growing it."""
+    lead = tuple(x_shape[:-1])
+    try:
+        shape = np.broadcast_shapes(tuple(positions_shape), lead)
+    except ValueError:
+        shape = None
+    if shape != lead:
+        raise ValueError(f"positions of shape {tuple(positions_shape)} do not broadcast against x.shape[:-1] = "
+                         f"{lead} (pass [batch, seq, 1] for [batch, seq, heads, dim] inputs)")
+
+
+@dataclass(frozen=True)
+class RopePlan:
+    """Everything about RoPE that does not depend on positions, computed once in float64.
+
+    Frequencies are stored in turns (`inv_freq / 2pi`): a backend forms `t = p * turns`, keeps its
+    fractional part (exact in float64; double-float in JAX) and only then multiplies by 2pi, so the
+    angle fed to cos/sin is accurate to ~1e-7 rad whatever the position.
+
+    Attributes:
+        rotary_dim, layout: as given.
+        attention_scale: multiplies cos and sin (YaRN, LongRoPE), 1.0 otherwise.
+        kind: "static" (frequencies fixed), "dynamic" (dynamic NTK), "longrope".
+        turns: float64 `[r/2]`, the frequencies at `seq_len=None` (dynamic unscaled, longrope short).
+        turns_long: longrope's long-factor frequencies (`seq_len > original`), else None.
+        original: `original_max_position_embeddings` for dynamic/longrope, else None.
+        factor: dynamic NTK's factor, else None.
+        dynamic_exponent: float64 `[r/2]`, `-2j / (r - 2)`: dynamic NTK frequencies are
+            `turns * g ** dynamic_exponent` with `g = dynamic_growth(seq_len, factor, original)`.
+    """
+
+    rotary_dim: int
+    layout: str
+    attention_scale: float
+    kind: str
+    turns: np.ndarray
+    turns_long: np.ndarray | None = None
+    original: int | None = None
+    factor: float | None = None
+    dynamic_exponent: np.ndarray | None = None
+
+    def turns_at(self, seq_len) -> np.ndarray:
+        """The frequencies (in turns) for a sequence of `seq_len` positions (float64, NumPy)."""
+        if self.kind == "longrope" and seq_len is not None and seq_len > self.original:
+            return self.turns_long
+        if self.kind == "dynamic" and seq_len is not None:
+            return self.turns * dynamic_growth(seq_len, self.factor, self.original) ** self.dynamic_exponent
+        return self.turns
+
+
+def rope_plan(rotary_dim, *, base=10000.0, scaling=None, layout="half") -> RopePlan:
+    """Validate RoPE parameters and compute the position-independent numbers (see `RopePlan`)."""
+    rotary_dim = check_even_dim("rotary_dim", rotary_dim)
+    base = check_positive_float("base", base)
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    kind, params = resolve_scaling(scaling, rotary_dim=rotary_dim, base=base)
+    inv_freq, scale = kind.inv_freq(rotary_dim, base, params, None)
+    fields = dict(rotary_dim=rotary_dim, layout=layout, attention_scale=float(scale), kind="static",
+                  turns=inv_freq / (2 * math.pi))
+    if kind.name == "longrope":
+        original = params["original_max_position_embeddings"]
+        long, _ = kind.inv_freq(rotary_dim, base, params, original + 1)
+        fields.update(kind="longrope", turns_long=long / (2 * math.pi), original=original)
+    elif kind.name == "dynamic":
+        fields.update(kind="dynamic", original=params["original_max_position_embeddings"], factor=params["factor"],
+                      dynamic_exponent=-np.arange(0, rotary_dim, 2, dtype=np.float64) / (rotary_dim - 2))
+    return RopePlan(**fields)
+
+
+def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
+    """Inverse frequencies and attention scale of (scaled) RoPE, float64.
+
+    Formula: `inv_j = base ** (-2j / r)`, j = 0 .. r/2 - 1, then the scaling type's rule
+    (`posenc_np.scaling`: linear, ntk, dynamic, yarn, llama3, longrope, keras-hub variants).
+
+    Args:
+        rotary_dim: even number of rotated channels `r`.
+        base: `rope_theta`.
+        scaling: None or an HF `rope_scaling`/`rope_parameters` dict (`rope_type` or `type`).
+        seq_len: sequence length for `dynamic`/`longrope`; None is the state at initialisation
+            (dynamic unscaled, longrope short factors).
+
+    Returns:
+        `(inv_freq [r/2] float64, attention_scale float)`; `attention_scale` multiplies cos and sin.
+
+    Raises:
+        ValueError: odd `rotary_dim`, `base <= 0`, unknown type, missing/unknown keys, bad values.
+
+    Reference:
+        Su et al., "RoFormer", 2021, arXiv:2104.09864; transformers/modeling_rope_utils.py
+        `ROPE_INIT_FUNCTIONS` (same numbers for the same dict).
+
+    Example:
+        >>> rope_frequencies(4)[0].tolist()
+        [1.0, 0.01]
+    """
+    rotary_dim = check_even_dim("rotary_dim", rotary_dim)
+    base = check_positive_float("base", base)
+    kind, params = resolve_scaling(scaling, rotary_dim=rotary_dim, base=base)
+    if seq_len is not None:
+        seq_len = int(check_integer_positions("seq_len", seq_len))
+    return kind.inv_freq(rotary_dim, base, params, seq_len)
+
+
+def _angles(positions, plan: RopePlan) -> np.ndarray:
+    """`[*positions.shape, r/2]` float64 angles, with `seq_len = max(positions) + 1`."""
+    seq_len = int(positions.max()) + 1 if positions.size else None
+    inv_freq = plan.turns_at(seq_len) * (2 * math.pi)
+    return positions.astype(np.float64)[..., None] * inv_freq
+
+
+def _expand(half, layout):
+    """`[..., r/2]` per-pair values to `[..., r]` channels of the layout."""
+    if layout == "half":
+        return np.concatenate([half, half], axis=-1)
+    return np.repeat(half, 2, axis=-1)
+
+
+def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
+                 head_dim=None, dtype=None):
+    """The cos and sin tables of RoPE, attention scale folded in (as Hugging Face transformers does).
+
+    Formula: `t_j = p * inv_j(seq_len)`, `cos = a * cos(t)`, `sin = a * sin(t)` (a = attention_scale),
+    laid out per channel: `layout="half"`: `[t_0 .. t_{r/2-1}, t_0 .. t_{r/2-1}]` (HF `cat(freqs,
+    freqs)`); `layout="interleaved"`: `[t_0, t_0, t_1, t_1, ...]` (GPT-J `repeat_interleave`).
+
+    Args:
+        positions: integer array of any shape (floats equal to integers accepted).
+        rotary_dim: even rotated width; or give `rotary_pct` with `head_dim` instead (GPT-NeoX).
+        base, scaling: see `rope_frequencies`; `seq_len = max(positions) + 1`.
+        layout: "half" or "interleaved".
+        dtype: output dtype (float64 when None).
+
+    Returns:
+        `(cos, sin)`, each `[*positions.shape, rotary_dim]`.
+
+    Raises:
+        ValueError: as `rope_frequencies`; non-integer positions; bad `rotary_dim`/`rotary_pct`.
+    """
+    rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+    angles = _angles(check_integer_positions("positions", positions), plan)
+    out = spec_output_dtype(dtype)
+    scale = plan.attention_scale
+    return (_expand(scale * np.cos(angles), layout).astype(out), _expand(scale * np.sin(angles), layout).astype(out))
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+    """Rotate the first `rotary_dim` channels of `x` by position-dependent angles.
+
+    Formula: each pair `(a, b)` is rotated by `t_j = p * inv_j`:
+    `(a, b) -> s * (a cos t - b sin t, a sin t + b cos t)`, s = attention_scale;
+    `layout="half"` pairs channel `j` with `j + r/2` (GPT-NeoX, HF Llama `rotate_half`: conventions
+    "hf-llama", "gpt-neox"); `layout="interleaved"` pairs `2j` with `2j+1` (Meta Llama complex form,
+    GPT-J, RoFormer: "meta-llama", "gptj"). Channels `r..dim` pass through unchanged.
+
+    Args:
+        x: `[..., dim]` float array (float16 / bfloat16 accepted: computed in float64, returned in
+            the input dtype).
+        positions: integer array broadcasting against `x.shape[:-1]` (`[seq]` serves
+            `[batch, heads, seq, dim]`; `[batch, seq, 1]` serves `[batch, seq, heads, dim]`); explicit
+            ids cover KV-cache offsets and left padding. `seq_len = max(positions) + 1` selects the
+            frequencies of `dynamic` and `longrope` scaling.
+        base, scaling: see `rope_frequencies`.
+        layout: "half" or "interleaved".
+        rotary_dim: rotated width (default: all of `dim`); exclusive with `rotary_pct`
+            (`rotary_dim = int(dim * rotary_pct)`, GPT-NeoX's `rotary_pct`).
+
+    Returns:
+        Array like `x` (shape and dtype).
+
+    Raises:
+        ValueError: odd or too large `rotary_dim`, unknown layout or scaling, bad scaling keys,
+            non-integer positions, positions that do not broadcast.
+
+    Reference:
+        Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021,
+        arXiv:2104.09864; transformers/models/llama/modeling_llama.py `apply_rotary_pos_emb`;
+        meta-llama/llama llama/model.py `apply_rotary_emb`; transformers/models/gptj/modeling_gptj.py.
+
+    Example:
+        >>> apply_rope(np.array([[1.0, 0.0]]), np.array([1])).round(4).tolist()
+        [[0.5403, 0.8415]]
+    """
+    x = np.asarray(x)
+    out_dtype = x.dtype
+    dtype_name(out_dtype)  # raises for non-float inputs
+    positions = check_integer_positions("positions", positions)
+    rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
+    check_rope_shapes(x.shape, positions.shape)
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+    angles = _angles(positions, plan)
+    cos, sin = np.cos(angles) * plan.attention_scale, np.sin(angles) * plan.attention_scale
+    x64 = x.astype(np.float64)
+    rot, rest = x64[..., :rotary_dim], x64[..., rotary_dim:]
+    if layout == "half":
+        a, b = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
+    else:
+        a, b = rot[..., 0::2], rot[..., 1::2]
+    a2, b2 = a * cos - b * sin, a * sin + b * cos
+    rotated = np.concatenate([a2, b2], -1) if layout == "half" else np.stack([a2, b2], -1).reshape(rot.shape)
+    return np.concatenate([rotated, rest], axis=-1).astype(out_dtype)
+
+
+def rope_permutation(head_dim, *, source, target, rotary_dim=None) -> np.ndarray:
+    """Row permutation of one head's q/k projection that converts between RoPE layouts.
+
+    `W_target = W_source[perm]` (rows of a torch-oriented `[heads * head_dim, hidden]` weight, per
+    head) keeps attention logits `q . k` unchanged when the source model used RoPE layout `source` and
+    the target uses `target`. interleaved -> half (Meta -> HF Llama): new row `j * r/2 + i` <- old row
+    `2i + j` (i < r/2, j in {0, 1}), which is `convert_llama_weights_to_hf.py`'s `permute`; half ->
+    interleaved is its inverse. Rows `r..head_dim` (not rotated) keep their place.
+
+    To convert a whole weight, apply it per head: `W.reshape(heads, head_dim, -1)[:, perm].reshape(W.shape)`
+    (what `permute_qk_rows` does). For grouped-query attention, q uses `num_attention_heads` and k uses
+    `num_key_value_heads`; v and o are never permuted.
+
+    Returns:
+        int64 `[head_dim]`.
+    """
+    head_dim = check_even_dim("head_dim", head_dim)
+    r = resolve_rotary_dim(head_dim, rotary_dim)
+    check_choice("source", source, ROPE_LAYOUTS)
+    check_choice("target", target, ROPE_LAYOUTS)
+    perm = np.arange(head_dim, dtype=np.int64)
+    if source == "interleaved" and target == "half":
+        perm[:r] = np.arange(r).reshape(r // 2, 2).T.ravel()
+    elif source == "half" and target == "interleaved":
+        perm[:r] = np.arange(r).reshape(2, r // 2).T.ravel()
+    return perm
+
+
+def permute_qk_rows(weight, num_heads, *, source, target, rotary_dim=None):
+    """Apply `rope_permutation` to every head of a `[num_heads * head_dim, ...]` q or k weight (or bias).
+
+    `num_heads` is the number of heads this projection has (`num_key_value_heads` for k under GQA).
+    """
+    weight = np.asarray(weight)
+    num_heads = int(num_heads)
+    if num_heads < 1 or weight.shape[0] % num_heads:
+        raise ValueError(f"num_heads={num_heads} does not divide the weight's first axis {weight.shape[0]}")
+    head_dim = weight.shape[0] // num_heads
+    perm = rope_permutation(head_dim, source=source, target=target, rotary_dim=rotary_dim)
+    return weight.reshape(num_heads, head_dim, *weight.shape[1:])[:, perm].reshape(weight.shape)
+
+
+def split_float32(values, *, parts: int = 4, bits: int = 12) -> np.ndarray:
+    """Split float64 values into `parts` float32 pieces of at most `bits` significant bits each.
+
+    `sum(pieces)` equals `values` to ~`parts * bits` bits, and a piece times an integer below
+    `2 ** (24 - bits)` is exact in float32: the backbone of JAX's double-float angle reduction
+    (JAX has no float64 without x64). Returns `[parts, *values.shape]` float32.
+    """
+    rest = np.asarray(values, dtype=np.float64).copy()
+    pieces = []
+    for _ in range(parts):
+        mantissa, exponent = np.frexp(rest)
+        piece = np.ldexp(np.round(np.ldexp(mantissa, bits)), exponent - bits)
+        pieces.append(piece)
+        rest = rest - piece
+    return np.stack(pieces).astype(np.float32)
+
+
+def _load_config(config) -> dict:
+    if isinstance(config, (str, os.PathLike)):
+        try:
+            with open(config) as handle:
+                return json.load(handle)
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"config={str(config)!r} is not a readable config.json: {error}") from error
+    if hasattr(config, "to_dict"):  # a transformers PretrainedConfig
+        return config.to_dict()
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict or a config.json path, got {type(config).__name__}")
+    return dict(config)
+
+
+def scaling_from_hf_config(config) -> dict:
+    """`dict(base=..., rotary_dim=..., scaling=...)` for `apply_rope` from a Hugging Face model config.
+
+    Reads `rope_parameters` (transformers v5) or `rope_scaling` (older; key `type` or `rope_type`),
+    `rope_theta` (also inside `rope_parameters`; GPT-NeoX `rotary_emb_base`), `head_dim` (else
+    `hidden_size // num_attention_heads`), `partial_rotary_factor` / GPT-NeoX `rotary_pct` / GPT-J
+    `rotary_dim`, and `max_position_embeddings`. Like transformers, it moves the original context
+    length into the dict: `dynamic` gets `original_max_position_embeddings = max_position_embeddings`
+    (HF's dynamic NTK reads only the top-level value); `yarn`/`llama3`/`longrope` take the top-level
+    `original_max_position_embeddings` first (Phi-3), then the dict's, then `max_position_embeddings`;
+    a missing `factor` of `yarn`/`longrope` becomes `max_position_embeddings / original`.
+
+    Raises:
+        ValueError: unreadable file, missing head sizes, per-layer (nested) RoPE parameters.
+    """
+    config = _load_config(config)
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    params = dict(params)
+    if params and all(isinstance(v, dict) or v is None for v in params.values()):
+        raise ValueError(f"per-layer rope_parameters ({sorted(params)}) are not supported: pass one layer "
+                         "type's dict to apply_rope")
+    base = params.pop("rope_theta", None) or config.get("rope_theta") or config.get("rotary_emb_base") or 10000.0
+    head_dim = config.get("head_dim")
+    if head_dim is None:
+        if not config.get("hidden_size") or not config.get("num_attention_heads"):
+            raise ValueError("config has neither head_dim nor hidden_size and num_attention_heads")
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+    fraction = params.pop("partial_rotary_factor", None) or config.get("partial_rotary_factor") or config.get(
+        "rotary_pct")
+    if config.get("rotary_dim") and fraction is None:
+        rotary_dim = int(config["rotary_dim"])
+    else:
+        rotary_dim = int(head_dim * (fraction or 1.0))
+    kind = params.pop("type", None) or params.pop("rope_type", None) or "default"
+    params.pop("type", None)
+    max_pos = config.get("max_position_embeddings")
+    if kind == "dynamic":  # HF ignores any dict value here and reads the top-level length
+        params["original_max_position_embeddings"] = max_pos
+    if kind in ("yarn", "llama3", "longrope"):
+        original = config.get("original_max_position_embeddings") or params.get(
+            "original_max_position_embeddings") or max_pos
+        params["original_max_position_embeddings"] = original
+        if kind in ("yarn", "longrope") and params.get("factor") is None and max_pos and original:
+            params["factor"] = max_pos / original
+    scaling = None if kind == "default" and not params else {"rope_type": kind, **params}
+    if scaling is not None and kind in SCALING_TYPES:
+        resolve_scaling(scaling, rotary_dim=rotary_dim, base=float(base))  # fail here, not at first use
+    return dict(base=float(base), rotary_dim=rotary_dim, scaling=scaling)
+

@@ -1,0 +1,331 @@
+"""RoPE frequency scaling: one registry entry per `rope_type`, written once for every backend.
+
+Each entry names the dict keys a Hugging Face `rope_scaling` / `rope_parameters` dict carries for that
+type (required, optional with defaults), a validator that raises, and a float64 function returning
+`(inv_freq, attention_scale)`, like transformers' `ROPE_INIT_FUNCTIONS` but validated. Backends never
+re-derive these numbers: they convert the float64 arrays of `rope_plan` (the spec's `rope.py`).
+
+Types and their source:
+    default    inv_j = base ** (-2j / r)                                       (Su et al. 2021)
+    linear     inv_j / factor   (position interpolation, Chen et al. 2023, kaiokendev)
+    ntk        static NTK-aware base change: base' = base * factor ** (r / (r - 2))
+    dynamic    dynamic NTK: base' = base * (factor * s / L - (factor - 1)) ** (r / (r - 2)),
+               s = max(seq_len, L), L = original_max_position_embeddings; unscaled while s <= L
+               (HF `_compute_dynamic_ntk_parameters`)
+    yarn       Peng et al. 2023 (arXiv:2309.00071), HF `_compute_yarn_parameters` (truncate=True default,
+               high clamped to r - 1)
+    llama3     Meta llama-models `apply_scaling`, HF `_compute_llama3_parameters`
+    longrope   Ding et al. 2024 (arXiv:2402.13753), HF `_compute_longrope_parameters`: short factors
+               while s <= L, long factors above
+    keras-hub-dynamic  keras-hub RotaryEmbedding rope_type="dynamic": inv_j / factor ** (r / (r - 2)) at
+               every length (NOT HF's length-triggered dynamic NTK)
+    keras-hub-yarn     keras-hub RotaryEmbedding rope_type="yarn": truncate defaults to False, high is
+               clamped to r/2 - 1, attention scale always 0.1 ln(factor) + 1
+
+Here r is the rotary dim, j = 0 .. r/2 - 1. The keras-hub variants are distinct names on purpose: the
+same word ("dynamic", "yarn") means different frequencies in the two libraries.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+import numpy as np
+
+__all__ = ["ScalingType", "SCALING_TYPES", "resolve_scaling", "default_inv_freq", "dynamic_growth"]
+
+
+@dataclass(frozen=True)
+class ScalingType:
+    """One `rope_type`: its keys, its validator and its float64 frequency function.
+
+    Attributes:
+        name: the `rope_type` string.
+        required: keys the dict must hold (besides `rope_type`).
+        optional: key -> default for keys the dict may hold.
+        inv_freq: `(rotary_dim, base, params, seq_len) -> (inv_freq float64 [r/2], attention_scale)`;
+            `params` holds every required and optional key (defaults filled).
+        check: `(params, rotary_dim) -> None`, raises ValueError on bad values.
+        seq_dependent: the frequencies depend on `seq_len = max(positions) + 1`.
+        source: the codebase function it matches.
+    """
+
+    name: str
+    required: tuple
+    optional: Mapping
+    inv_freq: Callable
+    check: Callable | None = None
+    seq_dependent: bool = False
+    source: str = ""
+
+
+def default_inv_freq(rotary_dim: int, base: float) -> np.ndarray:
+    """`inv_j = base ** (-2j / r)`, j = 0 .. r/2 - 1, float64 (the exponent is exact: 2j/r)."""
+    return np.power(float(base), -np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+
+
+def dynamic_growth(seq_len, factor: float, original: int):
+    """Dynamic NTK's base multiplier before the power: `g = factor * max(s, L) / L - (factor - 1)`.
+
+    Written for NumPy scalars here; backends evaluate the same expression in-graph on a traced
+    `seq_len`. Then `base' = base * g ** (r / (r - 2))`, i.e. `inv_j(s) = inv_j * g ** (-2j / (r - 2))`.
+    """
+    s = np.maximum(np.asarray(seq_len, dtype=np.float64), float(original))
+    return factor * s / original - (factor - 1.0)
+
+
+# --- validators ---------------------------------------------------------------------------------
+
+def _number(params, key, *, positive=True):
+    value = params[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"scaling[{key!r}]={value!r} must be a finite number")
+    if positive and value <= 0:
+        raise ValueError(f"scaling[{key!r}]={value!r} must be > 0")
+    return float(value)
+
+
+def _length(params, key):
+    value = params[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"scaling[{key!r}]={value!r} must be a positive integer")
+    return int(value)
+
+
+def _check_factor(params, rotary_dim):
+    _number(params, "factor")
+
+
+def _check_ntk(params, rotary_dim):
+    _number(params, "factor")
+    if rotary_dim <= 2:
+        raise ValueError(f"rotary_dim={rotary_dim} must be > 2 for rope_type={params['rope_type']!r} "
+                         "(the base is raised to r / (r - 2))")
+
+
+def _check_dynamic(params, rotary_dim):
+    _check_ntk(params, rotary_dim)
+    _length(params, "original_max_position_embeddings")
+
+
+def _check_yarn(params, rotary_dim):
+    _number(params, "factor")
+    _length(params, "original_max_position_embeddings")
+    for key in ("beta_fast", "beta_slow"):
+        if params[key] is not None:
+            _number(params, key)
+    for key in ("mscale", "mscale_all_dim"):
+        if params[key] is not None:
+            _number(params, key, positive=False)
+    if params["attention_factor"] is not None:
+        _number(params, "attention_factor")
+    if not isinstance(params["truncate"], bool):
+        raise ValueError(f"scaling['truncate']={params['truncate']!r} must be True or False")
+    fast, slow = params["beta_fast"] or 32, params["beta_slow"] or 1
+    if fast < slow:
+        raise ValueError(f"scaling['beta_fast']={fast} must be >= scaling['beta_slow']={slow}")
+
+
+def _check_keras_yarn(params, rotary_dim):
+    _check_yarn({"attention_factor": None, "mscale": None, "mscale_all_dim": None, **params}, rotary_dim)
+    if params["truncate"]:
+        raise ValueError("scaling['truncate']=True with rope_type='keras-hub-yarn' also clips positions to "
+                         "original_max_position_embeddings in keras-hub; posenc does not model that: use "
+                         "rope_type='yarn' (Hugging Face) or truncate=False")
+
+
+def _check_llama3(params, rotary_dim):
+    _number(params, "factor")
+    low, high = _number(params, "low_freq_factor"), _number(params, "high_freq_factor")
+    _length(params, "original_max_position_embeddings")
+    if low >= high:
+        raise ValueError(f"scaling['low_freq_factor']={low} must be < scaling['high_freq_factor']={high}")
+
+
+def _check_longrope(params, rotary_dim):
+    _length(params, "original_max_position_embeddings")
+    for key in ("short_factor", "long_factor"):
+        value = params[key]
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise ValueError(f"scaling[{key!r}] must be a list of rotary_dim/2 = {rotary_dim // 2} numbers, "
+                             f"got {value!r}")
+        array = np.asarray(value, dtype=np.float64) if len(value) else np.zeros(0)
+        if array.shape != (rotary_dim // 2,):
+            raise ValueError(f"scaling[{key!r}] has {len(value)} entries; rotary_dim={rotary_dim} needs "
+                             f"rotary_dim/2 = {rotary_dim // 2}")
+        if not np.all(np.isfinite(array)) or np.any(array <= 0):
+            raise ValueError(f"scaling[{key!r}] must hold finite numbers > 0")
+    if params["factor"] is None and params["attention_factor"] is None:
+        raise ValueError("rope_type='longrope' needs scaling['factor'] (max_position_embeddings / "
+                         "original_max_position_embeddings, what HF derives from the model config) or "
+                         "scaling['attention_factor']; scaling_from_hf_config fills it in")
+    for key in ("factor", "attention_factor"):
+        if params[key] is not None:
+            _number(params, key)
+
+
+# --- frequency functions ------------------------------------------------------------------------
+
+def _default(r, base, p, seq_len):
+    return default_inv_freq(r, base), 1.0
+
+
+def _linear(r, base, p, seq_len):
+    return default_inv_freq(r, base) / p["factor"], 1.0
+
+
+def _ntk(r, base, p, seq_len):
+    return default_inv_freq(r, base * p["factor"] ** (r / (r - 2))), 1.0
+
+
+def _dynamic(r, base, p, seq_len):
+    g = float(dynamic_growth(p["original_max_position_embeddings"] if seq_len is None else seq_len,
+                             p["factor"], p["original_max_position_embeddings"]))
+    return default_inv_freq(r, base * g ** (r / (r - 2))), 1.0
+
+
+def _keras_dynamic(r, base, p, seq_len):
+    return default_inv_freq(r, base) / p["factor"] ** (r / (r - 2)), 1.0
+
+
+def _yarn_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn_ramp(r, base, p, *, high_limit):
+    """Per-pair weight of the interpolated frequency: 0 below `low`, 1 above `high`, linear between."""
+    fast, slow = p["beta_fast"] or 32, p["beta_slow"] or 1  # HF treats 0/None as unset
+    original = p["original_max_position_embeddings"]
+
+    def correction_dim(rotations):  # the pair index whose wavelength makes `rotations` turns in L
+        return r * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(fast), correction_dim(slow)
+    if p["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, high_limit)
+    if low == high:
+        high += 0.001  # HF's guard against a zero-width ramp
+    return np.clip((np.arange(r // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+
+
+def _yarn(r, base, p, seq_len, *, keras_hub=False):
+    factor = p["factor"]
+    extrapolated = default_inv_freq(r, base)
+    ramp = _yarn_ramp(r, base, p, high_limit=r // 2 - 1 if keras_hub else r - 1)
+    inv_freq = extrapolated / factor * ramp + extrapolated * (1.0 - ramp)
+    if keras_hub:
+        return inv_freq, 0.1 * math.log(factor) + 1.0
+    if p["attention_factor"] is not None:
+        scale = p["attention_factor"]
+    elif p["mscale"] and p["mscale_all_dim"]:
+        scale = _yarn_mscale(factor, p["mscale"]) / _yarn_mscale(factor, p["mscale_all_dim"])
+    else:
+        scale = _yarn_mscale(factor)
+    return inv_freq, float(scale)
+
+
+def _llama3(r, base, p, seq_len):
+    inv_freq = default_inv_freq(r, base)
+    factor, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
+    original = p["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (original / wavelen - low) / (high - low)
+    medium = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = np.where(wavelen > original / low, inv_freq / factor, np.where(wavelen < original / high, inv_freq, medium))
+    return out, 1.0
+
+
+def _longrope(r, base, p, seq_len):
+    original = p["original_max_position_embeddings"]
+    long = seq_len is not None and seq_len > original
+    ext = np.asarray(p["long_factor" if long else "short_factor"], dtype=np.float64)
+    inv_freq = default_inv_freq(r, base) / ext
+    if p["attention_factor"] is not None:
+        scale = p["attention_factor"]
+    else:
+        factor = p["factor"]
+        scale = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return inv_freq, float(scale)
+
+
+_YARN_OPTIONAL = {"attention_factor": None, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": None,
+                  "mscale_all_dim": None, "truncate": True}
+_HF = "transformers/modeling_rope_utils.py"
+
+SCALING_TYPES = MappingProxyType({t.name: t for t in [
+    ScalingType("default", (), {}, _default, source=f"{_HF} / LlamaRotaryEmbedding.compute_default_rope_parameters"),
+    ScalingType("linear", ("factor",), {}, _linear, _check_factor, source=f"{_HF} _compute_linear_scaling_rope_parameters"),
+    ScalingType("ntk", ("factor",), {}, _ntk, _check_ntk,
+                source="static NTK-aware scaling (bloc97); = HF dynamic at the length where its growth term equals factor"),
+    ScalingType("dynamic", ("factor", "original_max_position_embeddings"), {}, _dynamic, _check_dynamic,
+                seq_dependent=True, source=f"{_HF} _compute_dynamic_ntk_parameters"),
+    ScalingType("yarn", ("factor", "original_max_position_embeddings"), _YARN_OPTIONAL, _yarn, _check_yarn,
+                source=f"{_HF} _compute_yarn_parameters"),
+    ScalingType("llama3", ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                {}, _llama3, _check_llama3, source=f"{_HF} _compute_llama3_parameters; llama-models apply_scaling"),
+    ScalingType("longrope", ("short_factor", "long_factor", "original_max_position_embeddings"),
+                {"factor": None, "attention_factor": None}, _longrope, _check_longrope, seq_dependent=True,
+                source=f"{_HF} _compute_longrope_parameters"),
+    ScalingType("keras-hub-dynamic", ("factor",), {}, _keras_dynamic, _check_ntk,
+                source="keras_hub/src/layers/modeling/rotary_embedding.py rope_type='dynamic'"),
+    ScalingType("keras-hub-yarn", ("factor", "original_max_position_embeddings"),
+                {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
+                lambda r, base, p, s: _yarn(r, base, p, s, keras_hub=True), _check_keras_yarn,
+                source="keras_hub/src/layers/modeling/rotary_embedding.py rope_type='yarn'"),
+]})
+
+# Keys a pasted HF dict may carry that belong to other arguments.
+_FOREIGN = {"rope_theta": "base", "partial_rotary_factor": "rotary_dim / rotary_pct"}
+
+
+def resolve_scaling(scaling, *, rotary_dim: int, base: float) -> tuple[ScalingType, dict]:
+    """Validate a scaling dict and return its registry entry and its parameters with defaults filled.
+
+    Accepts `None` (default RoPE) or an HF `rope_scaling` / `rope_parameters` dict verbatim: `rope_type`
+    or the older `type`. `rope_theta`, if present, must equal `base`.
+
+    Raises:
+        TypeError: `scaling` is not a mapping.
+        ValueError: unknown type, missing or unknown keys (all listed), bad values.
+    """
+    if scaling is None:
+        return SCALING_TYPES["default"], {"rope_type": "default"}
+    if not isinstance(scaling, Mapping):
+        raise TypeError(f"scaling must be None or a dict like HF's rope_scaling, got {type(scaling).__name__}")
+    params = dict(scaling)
+    names = {params.pop(k) for k in ("rope_type", "type") if k in params}
+    if len(names) > 1:
+        raise ValueError(f"scaling has both 'rope_type' and 'type' with different values: {sorted(names)}")
+    name = names.pop() if names else "default"
+    if name not in SCALING_TYPES:
+        raise ValueError(f"scaling rope_type={name!r} is not one of {list(SCALING_TYPES)}")
+    kind = SCALING_TYPES[name]
+    if "rope_theta" in params:
+        theta = params.pop("rope_theta")
+        if theta is not None and float(theta) != float(base):
+            raise ValueError(f"scaling['rope_theta']={theta!r} disagrees with base={base!r}; pass it as base=")
+    if "partial_rotary_factor" in params:
+        raise ValueError("scaling['partial_rotary_factor'] is not a scaling key: pass rotary_dim= or rotary_pct= "
+                         "(scaling_from_hf_config does this)")
+    missing = [k for k in kind.required if params.get(k) is None]
+    unknown = sorted(set(params) - set(kind.required) - set(kind.optional))
+    if missing or unknown:
+        parts = [f"missing required keys {missing}"] if missing else []
+        if unknown:
+            parts.append(f"unknown keys {unknown}")
+        hint = ""
+        if "original_max_position_embeddings" in missing:
+            hint = (" (HF keeps it in the model config's max_position_embeddings for some types; "
+                    "scaling_from_hf_config(config) moves it into the dict)")
+        raise ValueError(f"scaling for rope_type={name!r}: {'; '.join(parts)}; required {list(kind.required)}, "
+                         f"optional {list(kind.optional)}{hint}")
+    params = {**kind.optional, **{k: v for k, v in params.items() if v is not None or k not in kind.optional}}
+    params["rope_type"] = name
+    if kind.check is not None:
+        kind.check(params, rotary_dim)
+    return kind, params

@@ -1,0 +1,1 @@
+"""The cross-framework equivalence suite behind `posenc check`."""

@@ -1,0 +1,29 @@
+"""posenc_tf: the posenc contract in TensorFlow (functions and Keras 3 layers).
+
+Every function agrees with `posenc_np` within `posenc_np.testing.tolerance`; `posenc check` proves it.
+Needs the TensorFlow Keras backend (KERAS_BACKEND=tensorflow, the default here).
+"""
+
+from .alibi import ALiBi, alibi_bias, alibi_slopes
+from .attention import attention
+from .learned import LearnedEncoding, learned, resize_table
+from .relative import RelativePositionEmbedding, relative_embeddings
+from .sinusoidal import SinusoidalEncoding, sinusoidal
+from .t5 import T5RelativeBias, t5_bias, t5_bucket
+
+__all__ = [
+    "ALiBi",
+    "RelativePositionEmbedding",
+    "T5RelativeBias",
+    "alibi_bias",
+    "alibi_slopes",
+    "attention",
+    "relative_embeddings",
+    "t5_bias",
+    "t5_bucket",
+    "LearnedEncoding",
+    "SinusoidalEncoding",
+    "learned",
+    "resize_table",
+    "sinusoidal",
+]

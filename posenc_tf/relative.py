@@ -1,0 +1,55 @@
+"""Relative position embeddings (Shaw et al.) in TensorFlow / Keras 3. Spec: `posenc_np.relative_embeddings`."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from posenc_np._validate import check_positive_int
+from posenc_np.relative import check_relative_args
+
+from ._common import register_serializable
+from .alibi import position_pair
+
+__all__ = ["relative_embeddings", "RelativePositionEmbedding"]
+
+
+def relative_embeddings(table, q_positions, k_positions, *, max_distance, sign="key-query"):
+    """`[..., q, k, dim]` clipped relative rows of `table`; see `posenc_np.relative_embeddings`.
+
+    A tf.gather of in-range rows (the clip guarantees it): exact, the table's dtype, differentiable.
+    """
+    max_distance = check_relative_args(table.shape, max_distance, sign)
+    q, k = position_pair(q_positions, k_positions, integer=True)
+    distance = k[..., None, :] - q[..., :, None]
+    if sign == "query-key":
+        distance = -distance
+    return tf.gather(table, tf.clip_by_value(distance, -max_distance, max_distance) + max_distance)
+
+
+@register_serializable
+class RelativePositionEmbedding(keras.layers.Layer):
+    """Trainable weight `table [2*max_distance + 1, dim]` (N(0, 0.02) init), called with positions."""
+
+    def __init__(self, max_distance, dim, *, sign="key-query", **kwargs):
+        super().__init__(**kwargs)
+        self.max_distance = check_relative_args(None, max_distance, sign)
+        self.dim = check_positive_int("dim", dim)
+        self.sign = sign
+        self.table = self.add_weight(name="table", shape=(2 * self.max_distance + 1, self.dim),
+                                     initializer=keras.initializers.RandomNormal(stddev=0.02))
+        self.built = True
+
+    def call(self, q_positions, k_positions):
+        out = relative_embeddings(self.table, q_positions, k_positions, max_distance=self.max_distance,
+                                  sign=self.sign)
+        return tf.cast(out, self.compute_dtype)
+
+    def compute_output_shape(self, q_shape, k_shape):
+        lead = np.broadcast_shapes(tuple(1 if d is None else d for d in q_shape[:-1]),
+                                   tuple(1 if d is None else d for d in k_shape[:-1]))
+        return (*lead, q_shape[-1], k_shape[-1], self.dim)
+
+    def get_config(self):
+        return {**super().get_config(), "max_distance": self.max_distance, "dim": self.dim, "sign": self.sign}

@@ -1,0 +1,76 @@
+"""Sinusoidal absolute encodings in TensorFlow / Keras 3. The math and its conventions: `posenc_np.sinusoidal`."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
+from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
+
+from ._common import as_tensor, is_symbolic, register_serializable, resolve_dtype, spec_constant
+
+__all__ = ["sinusoidal", "SinusoidalEncoding"]
+
+
+def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype=None):
+    """`[*positions.shape] -> [*positions.shape, dim]`; see `posenc_np.sinusoidal`.
+
+    Angles are float32 (unlike keras-hub's SinePositionEncoding, which casts positions to the compute
+    dtype, so bf16 positions above 256 stop being integers); the result is cast to `dtype` last.
+    """
+    dim = check_sinusoidal_args(dim, base, layout, denominator)
+    inv_freq = spec_constant(("sinusoid", dim, float(base), denominator),
+                             lambda: sinusoid_inv_freq(dim, base=base, denominator=denominator))
+    angles = tf.cast(as_tensor(positions), tf.float32)[..., None] * inv_freq  # [..., dim/2]
+    sin, cos = tf.sin(angles), tf.cos(angles)
+    if layout == "interleaved":
+        table = tf.reshape(tf.stack([sin, cos], axis=-1), tf.concat([tf.shape(angles)[:-1], [dim]], 0))
+    else:
+        table = tf.concat([sin, cos], axis=-1)
+    return tf.cast(table, resolve_dtype(dtype))
+
+
+@register_serializable
+class SinusoidalEncoding(keras.layers.Layer):
+    """`sinusoidal` as a weightless Keras layer; called with integer `positions`.
+
+    The output has the layer's compute dtype (bf16 under a `mixed_bfloat16` policy); angles are
+    float32. With `max_len`, rows 0..max_len-1 come from the float64 spec (a constant, not a weight);
+    positions beyond are computed.
+
+    Args:
+        dim, base, layout, denominator: as `posenc_np.sinusoidal`.
+        max_len: rows of the precomputed cache, or None to always compute.
+    """
+
+    def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", max_len=None, **kwargs):
+        super().__init__(**kwargs)
+        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
+        self.base, self.layout, self.denominator, self.max_len = float(base), layout, denominator, max_len
+        rows = 0 if max_len is None else int(max_len)
+        self._cache = np.asarray(spec_sinusoidal(range(rows), self.dim, base=self.base, layout=layout,
+                                                 denominator=denominator), np.float32).reshape(rows, self.dim)
+        self.built = True
+
+    def call(self, positions):
+        positions = as_tensor(positions)
+        computed = sinusoidal(positions, self.dim, base=self.base, layout=self.layout,
+                              denominator=self.denominator, dtype=self.compute_dtype)
+        rows = self._cache.shape[0]
+        if rows == 0:
+            return computed
+        if not is_symbolic(positions) and int(tf.size(positions)) and int(tf.reduce_max(positions)) >= rows:
+            return computed
+        positions = tf.cast(positions, tf.int32)
+        inside = (positions >= 0) & (positions < rows)
+        gathered = tf.cast(tf.gather(self._cache, tf.clip_by_value(positions, 0, rows - 1)), computed.dtype)
+        return tf.where(inside[..., None], gathered, computed)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.dim)
+
+    def get_config(self):
+        return {**super().get_config(), "dim": self.dim, "base": self.base, "layout": self.layout,
+                "denominator": self.denominator, "max_len": self.max_len}

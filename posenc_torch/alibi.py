@@ -1,0 +1,87 @@
+"""ALiBi in PyTorch. Spec: `posenc_np.alibi_slopes`, `posenc_np.alibi_bias`."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc_np._validate import check_integer_positions
+from posenc_np.alibi import alibi_slopes as _spec_slopes
+from posenc_np.alibi import check_alibi_args, check_position_pair
+
+from ._common import as_tensor, resolve_dtype, spec_constant
+
+__all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
+
+
+def position_pair(q_positions, k_positions, *, integer: bool):
+    """Tensors for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
+
+    Eager, `integer=True` positions must hold integers (ValueError naming the argument otherwise);
+    under torch.compile values cannot be read, so a floating dtype is a TypeError instead.
+    """
+    q = as_tensor(q_positions)
+    k = as_tensor(k_positions, device=q.device)
+    for name, x in (("q_positions", q), ("k_positions", k)):
+        if x.ndim < 1:
+            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
+        if x.dtype == torch.bool or x.is_complex():
+            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+        if integer and x.is_floating_point():
+            if torch.compiler.is_compiling():
+                raise TypeError(f"{name} must be an integer tensor under torch.compile, got {x.dtype}")
+            check_integer_positions(name, x.detach().cpu().float().numpy())
+    check_position_pair(q.shape, k.shape)
+    if integer:
+        return q.long(), k.long()
+    return q, k
+
+
+def alibi_slopes(num_heads, *, dtype=None, device=None):
+    """`[num_heads]` slopes computed by the spec in float64, returned as `dtype` (float32 default)."""
+    num_heads = check_alibi_args(num_heads, "symmetric")
+    return torch.as_tensor(_spec_slopes(num_heads), dtype=resolve_dtype(dtype), device=device)
+
+
+def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+    """`[..., num_heads, q, k]` ALiBi bias; see `posenc_np.alibi_bias`.
+
+    Slopes come from the spec (float64, converted once to float32). Integer positions are subtracted
+    as integers and converted after (exact up to 2**24); the product is formed in float32 and the
+    result cast to `dtype`. `[q]`, `[k]` positions give `[num_heads, q, k]`, broadcasting over the
+    batch axis of the logits. Works under torch.compile(fullgraph=True); positions are data.
+    """
+    num_heads = check_alibi_args(num_heads, form)
+    q, k = position_pair(q_positions, k_positions, integer=False)
+    slopes = spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads), device=q.device)
+    i = q[..., None, :, None]
+    j = k[..., None, None, :]
+    as_float = lambda x: x.to(torch.promote_types(x.dtype, torch.float32)) if x.is_floating_point() else x.float()  # noqa: E731
+    slopes = slopes[:, None, None]
+    if form == "symmetric":
+        bias = -slopes * as_float((i - j).abs())
+    elif form == "causal":
+        bias = -slopes * as_float(i - j)
+    else:
+        bias = (slopes * as_float(j)).expand(*torch.broadcast_shapes(i.shape, j.shape)[:-3], num_heads,
+                                             q.shape[-1], k.shape[-1])
+    return bias.to(resolve_dtype(dtype))
+
+
+class ALiBi(torch.nn.Module):
+    """ALiBi bias as a module: `ALiBi(num_heads, form=...)(q_positions, k_positions)`.
+
+    No weights and no buffers: slopes are spec constants kept outside the module, so `.to(bfloat16)`
+    cannot round them; the output dtype is the constructor's `dtype` (float32 by default).
+    """
+
+    def __init__(self, num_heads, *, form="symmetric", dtype=None):
+        super().__init__()
+        self.num_heads = check_alibi_args(num_heads, form)
+        self.form = form
+        self.dtype = resolve_dtype(dtype)
+
+    def forward(self, q_positions, k_positions):
+        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, dtype=self.dtype)
+
+    def extra_repr(self):
+        return f"num_heads={self.num_heads}, form={self.form!r}"

@@ -1,0 +1,74 @@
+"""Learned absolute tables and their resizing in PyTorch. Spec: `posenc_np.learned`, `posenc_np.resize_table`."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np.learned import resize_weights
+
+from ._common import as_tensor, spec_constant
+
+__all__ = ["learned", "resize_table", "LearnedEncoding"]
+
+
+def learned(table, positions):
+    """`table[positions]`; see `posenc_np.learned`.
+
+    Eager: a position outside `[0, max_len)` (or a float that is not an integer) raises ValueError.
+    Under torch.compile nothing can raise on data, so out-of-range positions give NaN rows instead
+    (never a clamped or zero row); floating positions are a TypeError there.
+    """
+    check_table("table", table.shape)
+    positions = as_tensor(positions, device=table.device)
+    rows = table.shape[0]
+    if torch.compiler.is_compiling():
+        if positions.is_floating_point():
+            raise TypeError(f"positions must be an integer tensor under torch.compile, got {positions.dtype}")
+        inside = (positions >= 0) & (positions < rows)
+        gathered = table[positions.clamp(0, rows - 1)]
+        return torch.where(inside[..., None], gathered, torch.full_like(gathered, float("nan")))
+    checked = check_integer_positions("positions", positions.detach().cpu().numpy())
+    check_positions_in_table("positions", checked, rows)
+    return table[positions.long()]
+
+
+def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75):
+    """`[L, dim] -> [new_len, dim]` on the spec's grid; see `posenc_np.resize_table`.
+
+    Not `F.interpolate`: the gather indices and weights come from `posenc_np.resize_weights`, so
+    every framework samples the same grid. Weighted sums run in float32 at least; the result has
+    the table's dtype. Differentiable with respect to `table`.
+    """
+    check_table("table", table.shape)
+    new_len = check_positive_int("new_len", new_len)
+    old_len = int(table.shape[0])  # the constants below must not close over the tensor (torch.compile)
+    key = ("resize", old_len, new_len, method, align_corners, float(cubic_a))
+    make = lambda: resize_weights(old_len, new_len, method=method,  # noqa: E731
+                                  align_corners=align_corners, cubic_a=cubic_a)
+    index = spec_constant(key + ("index",), lambda: make()[0], dtype=torch.long, device=table.device)
+    compute = torch.promote_types(table.dtype, torch.float32)
+    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute, device=table.device)  # [new_len, taps]
+    out = torch.einsum("nk,nkd->nd", weight, table.to(compute)[index])
+    return out.to(table.dtype)
+
+
+class LearnedEncoding(torch.nn.Module):
+    """A trainable `[max_len, dim]` table (attribute `table`), called with `positions`.
+
+    Initialised N(0, 0.02) as BERT does. The table is the limit: positions beyond it raise
+    (eager) or give NaN rows (compiled); `resize_table` makes a longer one.
+    """
+
+    def __init__(self, max_len, dim, *, dtype=None, device=None):
+        super().__init__()
+        self.max_len = check_positive_int("max_len", max_len)
+        self.dim = check_positive_int("dim", dim)
+        self.table = torch.nn.Parameter(torch.empty(self.max_len, self.dim, dtype=dtype, device=device))
+        torch.nn.init.normal_(self.table, std=0.02)
+
+    def forward(self, positions):
+        return learned(self.table, positions)
+
+    def extra_repr(self):
+        return f"max_len={self.max_len}, dim={self.dim}"

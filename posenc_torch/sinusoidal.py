@@ -1,0 +1,76 @@
+"""Sinusoidal absolute encodings in PyTorch. The math and its conventions: `posenc_np.sinusoidal`."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
+from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
+
+from ._common import as_tensor, resolve_dtype, spec_constant
+
+__all__ = ["sinusoidal", "SinusoidalEncoding"]
+
+
+def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype=None):
+    """`[*positions.shape] -> [*positions.shape, dim]`; see `posenc_np.sinusoidal`.
+
+    Angles are float32 (`positions` cast to float32, so integer positions are exact up to 2**24) and
+    the result is cast to `dtype` (float32 when None) at the end, never earlier.
+    """
+    dim = check_sinusoidal_args(dim, base, layout, denominator)
+    positions = as_tensor(positions)
+    inv_freq = spec_constant(("sinusoid", dim, float(base), denominator),
+                             lambda: sinusoid_inv_freq(dim, base=base, denominator=denominator),
+                             device=positions.device)
+    angles = positions.to(torch.float32)[..., None] * inv_freq  # [..., dim/2]
+    sin, cos = torch.sin(angles), torch.cos(angles)
+    if layout == "interleaved":
+        table = torch.stack([sin, cos], dim=-1).flatten(-2)
+    else:
+        table = torch.cat([sin, cos], dim=-1)
+    return table.to(resolve_dtype(dtype))
+
+
+class SinusoidalEncoding(torch.nn.Module):
+    """`sinusoidal` with its parameters bound; called with `positions`, returns `[*positions.shape, dim]`.
+
+    With `max_len`, rows 0..max_len-1 are precomputed by the float64 spec (a non-persistent buffer, so
+    the state dict stays empty) and gathered; other positions are computed. Eager calls grow the cache
+    to cover the largest position; compiled calls never branch on data and compute the rows beyond it.
+    The output dtype is the cache's, so `.to(torch.bfloat16)` gives bf16 outputs from float32 angles.
+    """
+
+    def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", max_len=None):
+        super().__init__()
+        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
+        self.base, self.layout, self.denominator, self.max_len = float(base), layout, denominator, max_len
+        rows = 0 if max_len is None else int(max_len)
+        self.register_buffer("cache", self._table(rows, torch.float32), persistent=False)
+
+    def _table(self, rows, dtype, device=None):
+        table = spec_sinusoidal(range(rows), self.dim, base=self.base, layout=self.layout,
+                                denominator=self.denominator).reshape(rows, self.dim)
+        return torch.as_tensor(table, dtype=dtype, device=device)
+
+    def forward(self, positions):
+        positions = as_tensor(positions, device=self.cache.device)
+        out_dtype = self.cache.dtype
+        rows = self.cache.shape[0]
+        if rows == 0:
+            return sinusoidal(positions, self.dim, base=self.base, layout=self.layout,
+                              denominator=self.denominator, dtype=out_dtype)
+        if not torch.compiler.is_compiling():
+            needed = int(positions.max()) + 1 if positions.numel() else 0
+            if needed > rows:  # grow to the next power of two: amortised, and no recompute per step
+                self.cache = self._table(1 << (needed - 1).bit_length(), out_dtype, self.cache.device)
+            if positions.numel() == 0 or int(positions.min()) >= 0:
+                return self.cache[positions.long()]
+        inside = (positions >= 0) & (positions < rows)
+        gathered = self.cache[positions.long().clamp(0, rows - 1)]
+        computed = sinusoidal(positions, self.dim, base=self.base, layout=self.layout,
+                              denominator=self.denominator, dtype=out_dtype)
+        return torch.where(inside[..., None], gathered, computed)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, base={self.base}, layout={self.layout!r}, denominator={self.denominator!r}, max_len={self.max_len}"

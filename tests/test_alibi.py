@@ -1,0 +1,218 @@
+"""ALiBi: spec against the paper's slope rule, MPT's `gen_slopes` and HF BLOOM's `build_alibi_tensor`;
+the three forms' softmax equivalence under a causal mask; backends and modules against the spec."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import posenc_np as pn
+from posenc_np._dtypes import numpy_dtype
+from posenc_np.suite.backends import adapter
+from posenc_np.testing import compare, tolerance
+
+BACKENDS = ["torch", "tf", "jax"]
+DTYPES = ["float32", "bfloat16", "float16"]
+MODES = ["eager", "jit"]
+FORMS = ["symmetric", "causal", "bloom"]
+JIT_CACHE: dict = {}
+
+
+def _assert_close(actual, desired, tol):
+    result = compare(actual, desired, tol)
+    assert result.passed, f"max abs err {result.max_abs_err:.3g} at {result.worst_index} > {tol}: {result.message}"
+
+
+def _mpt_gen_slopes(n, bias_max=8):
+    """llm-foundry / HF MPT `gen_slopes`, an independent formulation of the same slopes."""
+    n_pow2 = 2 ** math.ceil(math.log2(n))
+    slopes = 1.0 / np.power(2.0, np.arange(1, n_pow2 + 1) * (bias_max / n_pow2))
+    if n_pow2 != n:
+        slopes = np.concatenate([slopes[1::2], slopes[::2]])[:n]
+    return slopes
+
+
+# --- spec -------------------------------------------------------------------------------------------
+
+def test_slopes_power_of_two_golden():
+    assert pn.alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
+
+
+def test_slopes_non_power_of_two_golden():
+    # 12 heads: the 8-head slopes, then every other slope of the 16-head sequence 2**(-0.5 k).
+    expected = [2.0**-k for k in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    np.testing.assert_array_equal(pn.alibi_slopes(12), expected)
+
+
+@pytest.mark.parametrize("num_heads", [1, 2, 3, 5, 6, 7, 12, 16, 20, 24, 40, 64, 71, 96])
+def test_slopes_match_mpt(num_heads):
+    _assert_close(pn.alibi_slopes(num_heads), _mpt_gen_slopes(num_heads), tolerance("float64"))
+
+
+@pytest.mark.parametrize("num_heads", [4, 6, 16])
+def test_bloom_form_matches_hf_build_alibi_tensor(num_heads):
+    torch = pytest.importorskip("torch")
+    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
+    mask = np.array([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]])
+    hf = bloom.build_alibi_tensor(torch.from_numpy(mask), num_heads, torch.float32).numpy()
+    hf = hf.reshape(mask.shape[0], num_heads, 1, mask.shape[1])
+    positions = (np.cumsum(mask, axis=-1) - 1) * mask  # BLOOM's padding-aware key positions
+    ours = pn.alibi_bias(num_heads, positions[:, -1:], positions, form="bloom")  # [batch, heads, 1, k]
+    _assert_close(hf, ours, tolerance("float32", scale=np.abs(ours).max()))
+
+
+def test_forms_formula():
+    q, k = np.array([3, 5]), np.array([0, 4, 9])
+    slopes = pn.alibi_slopes(2)[:, None, None]
+    distance = q[:, None] - k[None, :]
+    np.testing.assert_array_equal(pn.alibi_bias(2, q, k, form="symmetric"), -slopes * np.abs(distance))
+    np.testing.assert_array_equal(pn.alibi_bias(2, q, k, form="causal"), -slopes * distance)
+    np.testing.assert_array_equal(pn.alibi_bias(2, q, k, form="bloom"), np.broadcast_to(slopes * k, (2, 2, 3)))
+
+
+@pytest.mark.parametrize("q_offset", [0, 5], ids=["square", "kv-offset"])
+def test_forms_same_softmax_under_causal_mask(q_offset):
+    rng = np.random.default_rng(0)
+    n_q, n_k, heads = 4, 4 + q_offset, 6
+    q, k, v = rng.normal(size=(3, 2, heads, n_k, 8))
+    q = q[..., -n_q:, :]
+    positions_q, positions_k = np.arange(q_offset, q_offset + n_q), np.arange(n_k)
+    outs = [pn.attention(q, k, v, bias=pn.alibi_bias(heads, positions_q, positions_k, form=f), causal=True)
+            for f in FORMS]
+    for out, weights in outs[1:]:
+        _assert_close(weights, outs[0][1], tolerance("float64"))
+        _assert_close(out, outs[0][0], tolerance("float64", scale=np.abs(v).max()))
+
+
+def test_forms_differ_without_mask():
+    q, k = np.arange(4), np.arange(4)
+    biases = {f: pn.alibi_bias(4, q, k, form=f) for f in FORMS}
+    assert not np.allclose(biases["symmetric"], biases["causal"])
+    assert not np.allclose(biases["bloom"], biases["causal"])
+    # bloom - causal is constant along each row (m_h * i), so only the unmasked softmax differs.
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3, 4, 4, 8))
+    weights = {f: pn.attention(x[0], x[1], x[2], bias=b)[1] for f, b in biases.items()}
+    assert np.abs(weights["symmetric"] - weights["causal"]).max() > 1e-3
+    _assert_close(weights["bloom"], weights["causal"], tolerance("float64"))  # row shift cancels, mask or not
+    # ... but not with the other forms:
+    assert np.abs(weights["bloom"] - weights["symmetric"]).max() > 1e-3
+
+
+def test_shapes_broadcast_without_batch_copy():
+    assert pn.alibi_bias(3, np.arange(5), np.arange(7)).shape == (3, 5, 7)
+    batched = pn.alibi_bias(3, np.arange(10).reshape(2, 5), np.arange(7), form="bloom")
+    assert batched.shape == (2, 3, 5, 7)
+    np.testing.assert_array_equal(batched[1], pn.alibi_bias(3, np.arange(5, 10), np.arange(7), form="bloom"))
+
+
+def test_float_positions_and_dtype():
+    out = pn.alibi_bias(2, np.array([0.5, 1.5]), np.array([0.0, 1.0]), form="causal", dtype="float16")
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out[0].astype(np.float64), [[-0.5 / 16, 0.5 / 16], [-1.5 / 16, -0.5 / 16]])  # m_0 = 2**-4 for 2 heads
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_heads=0), "num_heads"),
+    (dict(num_heads=-2), "num_heads"),
+    (dict(form="press"), "form"),
+    (dict(q_positions=np.int64(3)), "q_positions"),
+    (dict(q_positions=np.zeros((3, 4)), k_positions=np.zeros((2, 4))), "do not broadcast"),
+])
+def test_bad_input(kwargs, match):
+    args = dict(num_heads=4, q_positions=np.arange(3), k_positions=np.arange(3))
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        pn.alibi_bias(args.pop("num_heads"), args.pop("q_positions"), args.pop("k_positions"), **args)
+
+
+def test_bad_types():
+    with pytest.raises(TypeError, match="num_heads"):
+        pn.alibi_slopes(2.5)
+    with pytest.raises(TypeError, match="k_positions"):
+        pn.alibi_bias(2, np.arange(3), np.array([True, False]))
+
+
+# --- backends ---------------------------------------------------------------------------------------
+
+POSITION_SETS = {
+    "short": (np.arange(6), np.arange(6)),
+    "kv-offset": (np.arange(8188, 8192), np.arange(8192)[::512]),  # long positions, queries at the end
+    "left-pad": ((np.cumsum([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], axis=1) - 1).clip(0),
+                 (np.cumsum([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], axis=1) - 1).clip(0)),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("backend_name", BACKENDS)
+@pytest.mark.parametrize("positions", list(POSITION_SETS))
+def test_backend_alibi_bias(backend_name, form, dtype, mode, positions):
+    if mode == "jit" and (backend_name == "torch" and (dtype != "float32" or positions == "left-pad")):
+        pytest.skip("torch.compile budget: jit covered on float32 short/kv-offset")
+    q, k = POSITION_SETS[positions]
+    desired = pn.alibi_bias(12, q, k, form=form)
+    actual = adapter(backend_name).call("alibi_bias", (12, q, k), {"form": form, "dtype": dtype}, mode=mode,
+                                        cache=JIT_CACHE)
+    assert actual.dtype == numpy_dtype(dtype)
+    _assert_close(actual, desired, tolerance(dtype, scale=np.abs(desired).max()))
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_backend_slopes(backend_name):
+    actual = adapter(backend_name).to_numpy(adapter(backend_name).module.alibi_slopes(12))
+    _assert_close(actual, pn.alibi_slopes(12), tolerance("float32"))
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_backend_bad_input(backend_name):
+    module = adapter(backend_name).module
+    with pytest.raises(ValueError, match="num_heads"):
+        module.alibi_bias(0, np.arange(3), np.arange(3))
+    with pytest.raises(ValueError, match="form"):
+        module.alibi_bias(2, np.arange(3), np.arange(3), form="linear")
+    with pytest.raises(ValueError, match="do not broadcast"):
+        module.alibi_bias(2, np.zeros((3, 4)), np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_module(backend_name):
+    back = adapter(backend_name)
+    q, k = np.arange(3, 8), np.arange(8)
+    layer = back.module.ALiBi(6, form="causal")
+    actual = back.to_numpy(layer(back.from_numpy(q), back.from_numpy(k)))
+    desired = pn.alibi_bias(6, q, k, form="causal")
+    _assert_close(actual, desired, tolerance("float32", scale=np.abs(desired).max()))
+
+
+def test_torch_module_has_no_state_and_survives_cast():
+    torch = pytest.importorskip("torch")
+    import posenc_torch
+
+    layer = posenc_torch.ALiBi(4, form="symmetric").to(torch.bfloat16)
+    assert layer.state_dict() == {}
+    out = layer(torch.arange(300), torch.arange(300))
+    assert out.dtype == torch.float32  # the constructor's dtype; the cast has no slopes to round
+    desired = pn.alibi_bias(4, np.arange(300), np.arange(300))
+    _assert_close(out.numpy(), desired, tolerance("float32", scale=np.abs(desired).max()))
+
+
+def test_keras_layer_roundtrip(tmp_path):
+    keras = pytest.importorskip("keras")
+    import posenc_tf
+
+    layer = posenc_tf.ALiBi(4, form="bloom", dtype="mixed_bfloat16")
+    assert layer.get_config()["num_heads"] == 4 and layer.get_config()["form"] == "bloom"
+    q_in = keras.Input(shape=(5,), dtype="int32", batch_size=1)
+    model = keras.Model(q_in, layer(q_in, q_in))
+    path = tmp_path / "alibi.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    positions = np.arange(5)[None].astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(loaded(positions)), np.asarray(model(positions)))
+    desired = pn.alibi_bias(4, positions, positions, form="bloom")
+    actual = np.asarray(model(positions)).astype(np.float64)
+    _assert_close(actual, desired, tolerance("bfloat16", scale=np.abs(desired).max()))

@@ -1,0 +1,356 @@
+"""RoPE spec vs Hugging Face transformers' own RoPE code: frequencies, attention scale, rotated q/k.
+
+The reference is transformers (installed 5.x): `ROPE_INIT_FUNCTIONS` with a `LlamaConfig`,
+`LlamaRotaryEmbedding` (including its dynamic-NTK / LongRoPE update on a long input) and
+`apply_rotary_pos_emb`. transformers computes in float32, so it is held to the float32 tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+
+import posenc_np as pn
+from posenc_np.rope import rope_plan
+from posenc_np.scaling import SCALING_TYPES
+from posenc_np.testing import compare, tolerance
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
+
+HEAD_DIM = 32
+ORIGINAL = 64
+
+
+def _longrope(n):
+    rng = np.random.default_rng(0)
+    return {"rope_type": "longrope", "short_factor": (1 + rng.random(n)).tolist(),
+            "long_factor": (2 + 6 * rng.random(n)).tolist()}
+
+
+# (id, HF rope_parameters without rope_theta, rope_theta, partial_rotary_factor, top-level extras)
+HF_CASES = [
+    ("default", {"rope_type": "default"}, 10000.0, None),
+    ("default-partial", {"rope_type": "default"}, 10000.0, 0.5),
+    ("linear", {"rope_type": "linear", "factor": 4.0}, 10000.0, None),
+    ("linear-old-type-key", {"type": "linear", "factor": 2.5}, 500000.0, None),
+    ("dynamic", {"rope_type": "dynamic", "factor": 3.0}, 10000.0, None),
+    ("dynamic-partial", {"type": "dynamic", "factor": 2.0}, 10000.0, 0.5),
+    ("yarn", {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": ORIGINAL}, 10000.0, None),
+    ("yarn-no-truncate", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIGINAL,
+                          "truncate": False, "beta_fast": 16, "beta_slow": 2}, 10000.0, None),
+    ("yarn-mscale", {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": ORIGINAL,
+                     "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}, 10000.0, None),
+    ("yarn-mscale-only", {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": ORIGINAL,
+                          "mscale": 1.0, "mscale_all_dim": 0}, 10000.0, None),
+    ("yarn-attention-factor", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIGINAL,
+                               "attention_factor": 1.3}, 10000.0, 0.5),
+    ("llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": ORIGINAL}, 500000.0, None),
+    ("llama3-wide", {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 0.5, "high_freq_factor": 8.0,
+                     "original_max_position_embeddings": ORIGINAL}, 10000.0, None),
+    ("longrope", {**_longrope(HEAD_DIM // 2), "factor": 16.0, "original_max_position_embeddings": ORIGINAL},
+     10000.0, None),
+    ("longrope-attention-factor", {**_longrope(HEAD_DIM // 4), "attention_factor": 1.1,
+                                   "original_max_position_embeddings": ORIGINAL}, 10000.0, 0.5),
+]
+
+
+def hf_config(params, theta, partial, *, max_pos=None):
+    params = {**copy.deepcopy(params), "rope_theta": theta}
+    kwargs = dict(hidden_size=4 * HEAD_DIM, num_attention_heads=4, num_key_value_heads=2, head_dim=HEAD_DIM,
+                  max_position_embeddings=max_pos or (ORIGINAL if "dynamic" in str(params) else 4 * ORIGINAL),
+                  rope_parameters=params)
+    if partial is not None:
+        params["partial_rotary_factor"] = partial
+    return LlamaConfig(**kwargs)
+
+
+def hf_frequencies(config, seq_len=None):
+    kind = config.rope_parameters["rope_type"]
+    if kind == "default":
+        dim = int(config.head_dim * config.rope_parameters.get("partial_rotary_factor", 1.0))
+        inv = 1.0 / (config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        return inv.double().numpy(), 1.0
+    inv, scale = ROPE_INIT_FUNCTIONS[kind](config, None, seq_len=seq_len)
+    return inv.double().numpy(), float(scale)
+
+
+def as_config_dict(config):
+    return {"head_dim": config.head_dim, "hidden_size": config.hidden_size,
+            "num_attention_heads": config.num_attention_heads,
+            "max_position_embeddings": config.max_position_embeddings,
+            "rope_parameters": copy.deepcopy(config.rope_parameters)}
+
+
+def assert_relative(actual, desired):
+    """float32 reference: compare ratios, since inverse frequencies span several decades."""
+    result = compare(np.asarray(actual) / np.asarray(desired), np.ones_like(desired), tolerance("float32"))
+    assert result.passed, result
+
+
+@pytest.mark.parametrize("case_id, params, theta, partial", HF_CASES, ids=[c[0] for c in HF_CASES])
+@pytest.mark.parametrize("seq_len", [None, 3 * ORIGINAL], ids=["init", "long"])
+def test_frequencies_match_transformers(case_id, params, theta, partial, seq_len):
+    config = hf_config(params, theta, partial)
+    hf_seq_len = seq_len
+    if seq_len is not None and "dynamic" in case_id:
+        hf_seq_len = torch.tensor(seq_len)
+    desired, desired_scale = hf_frequencies(config, hf_seq_len)
+    mine = pn.scaling_from_hf_config(as_config_dict(config))
+    inv, scale = pn.rope_frequencies(mine["rotary_dim"], base=mine["base"], scaling=mine["scaling"], seq_len=seq_len)
+    assert inv.shape == desired.shape
+    assert_relative(inv, desired)
+    assert compare(scale, desired_scale, tolerance("float64")).passed, (scale, desired_scale)
+
+
+@pytest.mark.parametrize("case_id, params, theta, partial", HF_CASES, ids=[c[0] for c in HF_CASES])
+@pytest.mark.parametrize("length", ["short", "long"])
+def test_rotated_qk_match_transformers(case_id, params, theta, partial, length):
+    """LlamaRotaryEmbedding (its dynamic / longrope update included) + apply_rotary_pos_emb vs apply_rope."""
+    config = hf_config(params, theta, partial)
+    rng = np.random.default_rng(1)
+    batch, heads, seq = 2, 3, 6
+    start = 0 if length == "short" else 3 * ORIGINAL  # long: beyond the original context
+    positions = start + np.stack([np.arange(seq), np.arange(seq) + 5])  # per-row ids, e.g. KV-cache offsets
+    q = rng.standard_normal((batch, heads, seq, HEAD_DIM)).astype(np.float32)
+    k = rng.standard_normal((batch, heads, seq, HEAD_DIM)).astype(np.float32)
+    # Llama's default RoPE ignores partial_rotary_factor; GPT-NeoX's (same code otherwise) honours it.
+    partial_default = partial is not None and config.rope_parameters["rope_type"] == "default"
+    rotary = (GPTNeoXRotaryEmbedding if partial_default else LlamaRotaryEmbedding)(config)
+    cos, sin = rotary(torch.from_numpy(q), torch.from_numpy(positions))
+    r = cos.shape[-1]
+    q_hf, k_hf = apply_rotary_pos_emb(torch.from_numpy(q[..., :r]), torch.from_numpy(k[..., :r]), cos, sin)
+    q_hf = np.concatenate([q_hf.numpy(), q[..., r:]], -1)
+    k_hf = np.concatenate([k_hf.numpy(), k[..., r:]], -1)
+
+    mine = pn.scaling_from_hf_config(as_config_dict(config))
+    assert mine["rotary_dim"] == r
+    kwargs = dict(base=mine["base"], rotary_dim=r, scaling=mine["scaling"], layout="half")
+    q_me = pn.apply_rope(q.astype(np.float64), positions[:, None, :], **kwargs)
+    k_me = pn.apply_rope(k.astype(np.float64), positions[:, None, :], **kwargs)
+    plan = rope_plan(r, base=mine["base"], scaling=mine["scaling"])
+    max_angle = positions.max() * plan.turns_at(positions.max() + 1).max() * 2 * math.pi
+    for mine_out, hf_out in ((q_me, q_hf), (k_me, k_hf)):
+        result = compare(hf_out, mine_out, tolerance("float32", max_angle=max_angle, scale=np.abs(mine_out).max()))
+        assert result.passed, result
+
+
+def test_ntk_is_dynamic_at_the_matching_length():
+    """Static NTK with factor a equals HF dynamic NTK (factor f) at the length where f*s/L - (f-1) = a."""
+    f, s = 2.0, 3 * ORIGINAL  # growth term 2 * 3 - 1 = 5
+    config = hf_config({"rope_type": "dynamic", "factor": f}, 10000.0, None)
+    desired, _ = hf_frequencies(config, torch.tensor(s))
+    inv, scale = pn.rope_frequencies(HEAD_DIM, scaling={"rope_type": "ntk", "factor": 5.0})
+    assert_relative(inv, desired)
+    assert scale == 1.0
+
+
+def test_ntk_base_formula():
+    """API.md: {"rope_type": "ntk", "factor": a} gives base * a ** (d / (d - 2))."""
+    inv, _ = pn.rope_frequencies(16, base=500.0, scaling={"rope_type": "ntk", "factor": 3.0})
+    desired, _ = pn.rope_frequencies(16, base=500.0 * 3.0 ** (16 / 14))
+    assert compare(inv, desired, tolerance("float64")).passed
+
+
+def test_dynamic_is_unscaled_within_the_original_length():
+    scaling = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": ORIGINAL}
+    for seq_len in (None, 1, ORIGINAL):
+        inv, _ = pn.rope_frequencies(HEAD_DIM, scaling=scaling, seq_len=seq_len)
+        assert compare(inv, pn.rope_frequencies(HEAD_DIM)[0], tolerance("float64")).passed
+    longer, _ = pn.rope_frequencies(HEAD_DIM, scaling=scaling, seq_len=ORIGINAL + 1)
+    assert np.all(longer[1:] < pn.rope_frequencies(HEAD_DIM)[0][1:])
+
+
+def test_keras_hub_dynamic_is_a_distinct_uniform_rule():
+    """keras-hub's "dynamic" divides every frequency by factor**(d/(d-2)) at all lengths; HF's does not."""
+    kh, _ = pn.rope_frequencies(16, scaling={"rope_type": "keras-hub-dynamic", "factor": 2.0})
+    base_inv, _ = pn.rope_frequencies(16)
+    assert compare(kh * 2.0 ** (16 / 14), base_inv, tolerance("float64")).passed
+    hf, _ = pn.rope_frequencies(16, scaling={"rope_type": "dynamic", "factor": 2.0,
+                                             "original_max_position_embeddings": 8}, seq_len=4)
+    assert not np.allclose(kh, hf)
+
+
+def test_keras_hub_yarn_differs_from_hf_only_where_documented():
+    """With truncate=False and a ramp inside r/2 - 1, keras-hub-yarn = HF yarn except the attention scale."""
+    common = {"factor": 4.0, "original_max_position_embeddings": 4096, "truncate": False}
+    config = hf_config({"rope_type": "yarn", **common}, 10000.0, None)
+    desired, _ = hf_frequencies(config)
+    inv, scale = pn.rope_frequencies(HEAD_DIM, scaling={"rope_type": "keras-hub-yarn", **common})
+    assert_relative(inv, desired)
+    assert scale == pytest.approx(0.1 * math.log(4.0) + 1.0, rel=1e-15)
+    # The clamp differs (high <= r/2 - 1 in keras-hub, r - 1 in HF): visible when the ramp runs past r/2.
+    wide = {"factor": 4.0, "original_max_position_embeddings": 10 ** 9, "beta_fast": 32, "beta_slow": 1}
+    hf_inv, _ = pn.rope_frequencies(HEAD_DIM, scaling={"rope_type": "yarn", **wide})
+    kh_inv, _ = pn.rope_frequencies(HEAD_DIM, scaling={"rope_type": "keras-hub-yarn", **wide})
+    assert not np.allclose(hf_inv, kh_inv)
+    assert pn.rope_frequencies(HEAD_DIM, scaling={"rope_type": "yarn", **common})[1] == 1.0 + 0.1 * math.log(4.0)
+
+
+def test_every_registered_type_is_exercised():
+    tested = {params.get("rope_type", params.get("type")) for _, params, _, _ in HF_CASES}
+    assert tested | {"ntk", "keras-hub-dynamic", "keras-hub-yarn"} == set(SCALING_TYPES)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(rotary_dim=7), "rotary_dim=7 must be even"),
+    (dict(rotary_dim=8, scaling={"rope_type": "linear"}), r"missing required keys \['factor'\]"),
+    (dict(rotary_dim=8, scaling={"rope_type": "yarn", "factor": 2.0}),
+     r"missing required keys \['original_max_position_embeddings'\].*scaling_from_hf_config"),
+    (dict(rotary_dim=8, scaling={"rope_type": "linear", "factor": 2.0, "fcator": 1, "beta": 2}),
+     r"unknown keys \['beta', 'fcator'\]"),
+    (dict(rotary_dim=8, scaling={"rope_type": "nope"}), "rope_type='nope' is not one of"),
+    (dict(rotary_dim=8, scaling={"rope_type": "linear", "factor": 0.0}), r"scaling\['factor'\]=0.0 must be > 0"),
+    (dict(rotary_dim=8, scaling={"rope_type": "linear", "factor": -2}), r"scaling\['factor'\]=-2 must be > 0"),
+    (dict(rotary_dim=8, scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+     "low_freq_factor.*must be < "),
+    (dict(rotary_dim=8, scaling={"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 3,
+                                 "factor": 2.0, "original_max_position_embeddings": 64}),
+     r"scaling\['long_factor'\] has 3 entries; rotary_dim=8 needs rotary_dim/2 = 4"),
+    (dict(rotary_dim=8, scaling={"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4,
+                                 "original_max_position_embeddings": 64}), "needs scaling\\['factor'\\]"),
+    (dict(rotary_dim=8, scaling={"rope_type": "linear", "type": "dynamic", "factor": 2.0}), "both 'rope_type' and"),
+    (dict(rotary_dim=8, scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 5.0}), "disagrees with base"),
+    (dict(rotary_dim=8, scaling={"rope_type": "keras-hub-yarn", "factor": 2.0,
+                                 "original_max_position_embeddings": 64, "truncate": True}), "clips positions"),
+    (dict(rotary_dim=8, base=0.0), "base=0.0 must be > 0"),
+])
+def test_bad_scaling_raises(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pn.rope_frequencies(**kwargs)
+
+
+def test_hf_dict_accepted_verbatim():
+    """A pasted rope_scaling dict (old `type` key) and a v5 rope_parameters dict (with rope_theta) both work."""
+    old = {"type": "linear", "factor": 2.0}
+    new = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    a = pn.rope_frequencies(8, scaling=old)[0]
+    b = pn.rope_frequencies(8, scaling=new)[0]
+    assert np.array_equal(a, b) and old == {"type": "linear", "factor": 2.0}  # not mutated
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, p: pn.apply_rope(x, p, rotary_dim=10), "rotary_dim=10 is larger than the head dim 8"),
+    (lambda x, p: pn.apply_rope(x, p, rotary_dim=3), "rotary_dim=3 must be even"),
+    (lambda x, p: pn.apply_rope(x, p + 0.5), "positions must hold integers"),
+    (lambda x, p: pn.apply_rope(x, p, rotary_dim=4, rotary_pct=0.5), "mutually exclusive"),
+    (lambda x, p: pn.apply_rope(x, p, rotary_pct=0.4), r"rotary_pct=0.4 gives rotary_dim = int\(8 \* 0.4\) = 3"),
+    (lambda x, p: pn.apply_rope(x, p, layout="complex"), "layout='complex' is not one of"),
+    (lambda x, p: pn.apply_rope(x, np.arange(4)), "do not broadcast"),
+    (lambda x, p: pn.rope_cos_sin(p.astype(float) + 0.25, 8), "positions must hold integers"),
+])
+def test_bad_rope_arguments_raise(call, match):
+    x = np.ones((2, 3, 8))
+    positions = np.arange(3)
+    with pytest.raises(ValueError, match=match):
+        call(x, positions)
+
+
+def test_gpt_neox_rotary_pct_equals_rotary_dim():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 16))
+    positions = np.arange(5)
+    convention = pn.conventions["gpt-neox"]
+    out = pn.apply_rope(x, positions, **convention.params)
+    assert np.array_equal(out, pn.apply_rope(x, positions, layout="half", rotary_dim=4))
+    assert np.array_equal(out[..., 4:], x[..., 4:])
+
+
+# --- properties of the spec ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rotation_preserves_pair_norms_and_logits_depend_on_offset_only(layout):
+    rng = np.random.default_rng(2)
+    q, k = rng.standard_normal((2, 16))
+    pos = np.array([3, 1000, 70000])
+    rq = pn.apply_rope(np.broadcast_to(q, (3, 16)), pos, layout=layout)
+    rk = pn.apply_rope(np.broadcast_to(k, (3, 16)), pos - 3, layout=layout)
+    logits = np.einsum("pd,pd->p", rq, rk)
+    tol = tolerance("float64", scale=1e4)  # float64 angles up to 7e4: ulp(angle) grows with position
+    assert compare(logits, np.full(3, logits[0]), tol).passed
+    assert compare(np.linalg.norm(rq, axis=-1), np.full(3, np.linalg.norm(q)), tolerance("float64")).passed
+
+
+def test_layouts_are_a_fixed_channel_permutation():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 12))
+    perm = pn.rope_permutation(12, source="interleaved", target="half")
+    pos = np.arange(4) * 37
+    assert compare(pn.apply_rope(x, pos, layout="interleaved")[:, perm],
+                   pn.apply_rope(x[:, perm], pos, layout="half"), tolerance("float64")).passed
+
+
+def test_cos_sin_fold_attention_scale_and_layouts():
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    inv, scale = pn.rope_frequencies(8, scaling=scaling)
+    pos = np.array([[0, 5], [7, 9]])
+    cos, sin = pn.rope_cos_sin(pos, 8, scaling=scaling, layout="half")
+    assert cos.shape == (2, 2, 8)
+    t = pos[..., None] * inv
+    assert compare(cos, scale * np.cos(np.concatenate([t, t], -1)), tolerance("float64")).passed
+    cos_i, sin_i = pn.rope_cos_sin(pos, 8, scaling=scaling, layout="interleaved")
+    assert compare(sin_i, scale * np.sin(np.repeat(t, 2, -1)), tolerance("float64")).passed
+    neox = pn.rope_cos_sin(pos, rotary_pct=0.5, head_dim=16)
+    assert neox[0].shape == (2, 2, 8)
+
+
+def test_half_precision_inputs_return_their_dtype():
+    import ml_dtypes
+
+    x = np.ones((3, 8), dtype=ml_dtypes.bfloat16)
+    assert pn.apply_rope(x, np.arange(3)).dtype == x.dtype
+    assert pn.apply_rope(x.astype(np.float16), np.arange(3)).dtype == np.float16
+
+
+# --- weight permutation between layouts ------------------------------------------------------------
+
+def hf_permute(w, n_heads, dim1, dim2):
+    """transformers/models/llama/convert_llama_weights_to_hf.py `permute`, re-typed."""
+    return w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2).reshape(dim1, dim2)
+
+
+def test_permutation_equals_hf_convert_script():
+    heads, head_dim, hidden = 4, 16, 8
+    w = torch.arange(heads * head_dim * hidden, dtype=torch.float64).reshape(heads * head_dim, hidden)
+    desired = hf_permute(w, heads, heads * head_dim, hidden).numpy()
+    assert np.array_equal(pn.permute_qk_rows(w.numpy(), heads, source="interleaved", target="half"), desired)
+    back = pn.permute_qk_rows(desired, heads, source="half", target="interleaved")
+    assert np.array_equal(back, w.numpy())
+    perm = pn.rope_permutation(head_dim, source="interleaved", target="half")
+    i, j = np.meshgrid(np.arange(head_dim // 2), np.arange(2), indexing="ij")
+    assert np.array_equal(perm[j * head_dim // 2 + i], 2 * i + j)  # new row j*hd/2 + i <- old 2i + j
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 8], ids=["full", "partial"])
+@pytest.mark.parametrize("source, target", [("interleaved", "half"), ("half", "interleaved"), ("half", "half")])
+def test_permuted_weights_keep_attention_logits(source, target, rotary_dim):
+    """Grouped-query attention: 4 query heads, 2 key heads; logits q.k after RoPE are unchanged."""
+    rng = np.random.default_rng(4)
+    q_heads, kv_heads, head_dim, hidden, seq = 4, 2, 16, 24, 5
+    wq = rng.standard_normal((q_heads * head_dim, hidden))
+    wk = rng.standard_normal((kv_heads * head_dim, hidden))
+    h = rng.standard_normal((seq, hidden))
+    pos = np.arange(seq) + 11
+
+    def logits(wq, wk, layout):
+        q = (h @ wq.T).reshape(seq, q_heads, head_dim).transpose(1, 0, 2)
+        k = (h @ wk.T).reshape(seq, kv_heads, head_dim).transpose(1, 0, 2)
+        q = pn.apply_rope(q, pos, layout=layout, rotary_dim=rotary_dim)
+        k = np.repeat(pn.apply_rope(k, pos, layout=layout, rotary_dim=rotary_dim), q_heads // kv_heads, axis=0)
+        return q @ k.transpose(0, 2, 1)
+
+    before = logits(wq, wk, source)
+    kw = dict(source=source, target=target, rotary_dim=rotary_dim)
+    after = logits(pn.permute_qk_rows(wq, q_heads, **kw), pn.permute_qk_rows(wk, kv_heads, **kw), target)
+    assert compare(after, before, tolerance("float64", scale=np.abs(before).max())).passed
+    if source != target:  # the permutation is needed: the unpermuted weights give other logits
+        assert not np.allclose(logits(wq, wk, target), before)
