@@ -7,10 +7,19 @@ from .alibi import ALiBi, alibi_bias, alibi_slopes
 from .attention import attention
 from .learned import LearnedEncoding, learned, resize_table
 from .relative import RelativePositionEmbedding, relative_embeddings
+from .rope import (RotaryEmbedding, apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation,
+                   scaling_from_hf_config)
 from .sinusoidal import SinusoidalEncoding, sinusoidal
 from .t5 import T5RelativeBias, t5_bias, t5_bucket
 
 __all__ = [
+    "RotaryEmbedding",
+    "apply_rope",
+    "permute_qk_rows",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "rope_permutation",
+    "scaling_from_hf_config",
     "ALiBi",
     "RelativePositionEmbedding",
     "T5RelativeBias",

@@ -85,7 +85,8 @@ class ALiBi(keras.layers.Layer):
         bias = alibi_bias(self.num_heads, q_positions, k_positions, form=self.form)
         return tf.cast(bias, self.compute_dtype)
 
-    def compute_output_shape(self, q_shape, k_shape):
+    def compute_output_shape(self, q_positions_shape, k_positions_shape):
+        q_shape, k_shape = q_positions_shape, k_positions_shape
         lead = np.broadcast_shapes(tuple(1 if d is None else d for d in q_shape[:-1]),
                                    tuple(1 if d is None else d for d in k_shape[:-1]))
         return (*lead, self.num_heads, q_shape[-1], k_shape[-1])

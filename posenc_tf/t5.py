@@ -82,7 +82,8 @@ class T5RelativeBias(keras.layers.Layer):
                        num_buckets=self.num_buckets, max_distance=self.max_distance)
         return tf.cast(bias, self.compute_dtype)
 
-    def compute_output_shape(self, q_shape, k_shape):
+    def compute_output_shape(self, q_positions_shape, k_positions_shape):
+        q_shape, k_shape = q_positions_shape, k_positions_shape
         lead = np.broadcast_shapes(tuple(1 if d is None else d for d in q_shape[:-1]),
                                    tuple(1 if d is None else d for d in k_shape[:-1]))
         return (*lead, self.num_heads, q_shape[-1], k_shape[-1])

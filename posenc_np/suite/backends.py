@@ -191,6 +191,7 @@ class TFAdapter(Adapter):
     def jit(self, fn):
         import tensorflow as tf
 
+        tf.get_logger().setLevel("ERROR")  # one tf.function per case is the design, not a retracing bug
         return tf.function(fn, jit_compile=True, reduce_retracing=False)
 
 

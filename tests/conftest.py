@@ -1,0 +1,71 @@
+"""Backend selection for the test suite.
+
+`--backends torch,tf,jax` (or POSENC_TEST_BACKENDS) names the backends to test. A backend named
+explicitly that is not installed or fails to import FAILS the run (never a silent skip); without the
+option every installed framework is tested, and a framework that is installed but broken fails too.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from posenc_np.suite.backends import BackendUnavailable, adapter
+
+ALL_BACKENDS = ("torch", "tf", "jax")
+DTYPES = ("float32", "bfloat16", "float16")
+MODES = ("eager", "jit")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--backends", default=os.environ.get("POSENC_TEST_BACKENDS", ""),
+                     help="comma-separated backends that must be tested (torch, tf, jax); default: all installed")
+
+
+def _requested(config):
+    raw = config.getoption("--backends")
+    if not raw:
+        return None
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ALL_BACKENDS]
+    if unknown:
+        raise pytest.UsageError(f"--backends: unknown backend(s) {unknown}; choose from {list(ALL_BACKENDS)}")
+    return names
+
+
+def selected_backends(config):
+    requested = _requested(config)
+    return requested if requested is not None else [b for b in ALL_BACKENDS if adapter(b).available()]
+
+
+def pytest_configure(config):
+    requested = _requested(config) or []
+    for name in selected_backends(config):
+        try:
+            adapter(name).module
+        except BackendUnavailable as error:
+            raise pytest.UsageError(f"backend {name!r} was asked for but does not import: {error}") from error
+    for name in requested:
+        if not adapter(name).available():
+            raise pytest.UsageError(f"backend {name!r} was asked for but its framework is not installed")
+
+
+def pytest_generate_tests(metafunc):
+    backends = selected_backends(metafunc.config)
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", [adapter(b) for b in backends], ids=backends)
+    if "dtype" in metafunc.fixturenames:
+        metafunc.parametrize("dtype", DTYPES)
+    if "mode" in metafunc.fixturenames:
+        metafunc.parametrize("mode", MODES)
+
+
+@pytest.fixture(scope="session")
+def jit_cache():
+    """Compiled functions shared by every test in the session: compile once per signature."""
+    return {}
+
+
+def backend_module(name):
+    return adapter(name).module
