@@ -84,7 +84,10 @@ def resize_weights(old_len, new_len, *, method="linear", align_corners=False, cu
     if method == "nearest":
         if align_corners:
             raise ValueError("align_corners=True is not defined for method='nearest' (half-pixel rule only)")
-        index = np.minimum(np.floor((out + 0.5) * old_len / new_len), old_len - 1).astype(np.int64)
+        # exact integer arithmetic: floor((2i + 1) * L / (2N)); PyTorch multiplies by a float32 scale
+        # and can land one row lower at exact ties (24 -> 37, row 18)
+        rows = np.arange(new_len, dtype=np.int64)
+        index = np.minimum((2 * rows + 1) * old_len // (2 * new_len), old_len - 1)
         return index[:, None], np.ones((new_len, 1))
     if align_corners:
         source = out * ((old_len - 1) / (new_len - 1)) if new_len > 1 else np.zeros(new_len)

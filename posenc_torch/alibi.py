@@ -17,7 +17,8 @@ def position_pair(q_positions, k_positions, *, integer: bool):
     """Tensors for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
 
     Eager, `integer=True` positions must hold integers (ValueError naming the argument otherwise);
-    under torch.compile values cannot be read, so a floating dtype is a TypeError instead.
+    under torch.compile values cannot be read, so a floating dtype is a TypeError instead (which
+    torch.compile(fullgraph=True) reports wrapped in `torch._dynamo.exc.Unsupported`, message kept).
     """
     q = as_tensor(q_positions)
     k = as_tensor(k_positions, device=q.device)
