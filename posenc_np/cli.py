@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import os
 import sys
@@ -10,6 +11,7 @@ import tempfile
 import time
 
 from ._dtypes import BACKEND_DTYPES
+from ._errors import UsageError
 from .conventions import conventions, families
 
 __all__ = ["main"]
@@ -17,8 +19,9 @@ __all__ = ["main"]
 BACKEND_CHOICES = ("torch", "tf", "jax")
 
 
-class UsageError(Exception):
-    pass
+#: Modules that add subcommands: each defines `add_subcommands(subparsers)`; a parser's `func(args)`
+#: returns the exit status and raises `UsageError` for bad usage or input.
+SUBCOMMAND_MODULES = ("posenc_np.port.cli", "posenc_np.tools.cli")
 
 
 def _split(values, allowed, name):
@@ -55,7 +58,7 @@ def _write_atomic(path, text):
 def cmd_check(args) -> int:
     from .suite.registry import all_cases
     from .suite.report import json_report, markdown_table, terminal_table
-    from .suite.runner import run, terminal_progress
+    from .suite.runner import run_parallel, terminal_progress
 
     cases = all_cases()
     known_encodings = families() + sorted(conventions) + sorted({c.convention for c in cases} - set(conventions))
@@ -75,8 +78,10 @@ def cmd_check(args) -> int:
     os.environ["POSENC_TORCH_COMPILE_BACKEND"] = args.torch_compile_backend
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     started = time.perf_counter()
-    records = run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require,
-                  progress=None if args.quiet else terminal_progress())
+    if args.jobs < 1:
+        raise UsageError(f"--jobs={args.jobs} must be >= 1")
+    records = run_parallel(cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require,
+                           jobs=args.jobs, progress=None if args.quiet else terminal_progress())
     seconds = time.perf_counter() - started
     print(terminal_table(records, verbose=args.verbose))
     print(f"({len(cases)} cases, {seconds:.1f} s; seed {args.seed}; torch.compile backend "
@@ -107,9 +112,20 @@ def build_parser():
                        help="torch.compile backend of torch's jit mode. aot_eager (default) captures the same "
                             "fullgraph (any graph break fails) and runs it with eager kernels; inductor also "
                             "generates C++ kernels, about 2-20 s per graph on a 2-core CPU")
+    check.add_argument("--jobs", "-j", type=int, default=3,
+                       help="processes to spread the backends over (default 3: one per framework; tracing and "
+                            "compiling are mostly single-threaded, so even 2 cores run them side by side)")
     check.add_argument("--verbose", "-v", action="store_true", help="list every passing comparison")
     check.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     check.set_defaults(func=cmd_check)
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:  # a tool not written yet; any other import error raises
+            if error.name is None or not name.startswith(error.name):
+                raise
+            continue
+        module.add_subcommands(sub)
     return parser
 
 
