@@ -46,8 +46,9 @@ def dot_product_attention(q, k, v, *, bias=None, causal=False, scale=None):
     """`out` of `jax.nn.dot_product_attention` for `[batch, heads, seq, dim]` (or `[heads, seq, dim]`).
 
     jax.nn wants `[batch, seq, heads, dim]`, so q/k/v are transposed in and out; the bias
-    (`[heads, q, k]` or `[batch, heads, q, k]`) is passed as is. Its `is_causal` aligns the first
-    query with the first key, so the spec's bottom-right mask goes in as `mask` instead. Computed in
+    (`[heads, q, k]` or `[batch, heads, q, k]`) is passed with size-1 leading axes, not copied per
+    batch. Its `is_causal` aligns the first query with the first key, so the spec's bottom-right mask
+    goes in as `mask` instead. Computed in
     float32 for float16/bfloat16 inputs.
     """
     scale = check_attention_args(q.shape, k.shape, v.shape, causal=causal, scale=scale)
@@ -58,8 +59,9 @@ def dot_product_attention(q, k, v, *, bias=None, causal=False, scale=None):
         raise ValueError(f"dot_product_attention takes [batch, heads, seq, dim] or [heads, seq, dim], got {q.shape}")
     compute = _compute_dtype(q)
     to_bthd = lambda x: jnp.swapaxes(x.astype(compute), 1, 2)  # noqa: E731
-    bias = None if bias is None else jnp.broadcast_to(jnp.asarray(bias).astype(compute),
-                                                      (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+    if bias is not None:  # 4-D with size-1 leading axes: broadcast by jax.nn, no batch copy
+        bias = jnp.asarray(bias).astype(compute)
+        bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
     mask = _mask(q, k)[None, None] if causal else None
     out = jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=bias, mask=mask, scale=scale)
     out = jnp.swapaxes(out, 1, 2).astype(q.dtype)

@@ -7,8 +7,8 @@ significant bits (`posenc_np.rope.split_float32`); an int32 position splits exac
 each product's whole turns are dropped exactly (`x - round(x)`), and the fractions are summed with
 TwoSum error compensation. The reduced angle is accurate to ~1e-7 rad up to position 2**24
 (docs/rope-precision.md); beyond it the products stop being exact and the error grows slowly.
-`dynamic` scaling multiplies the pieces by a float32 growth factor computed in-graph, which costs
-exactness: its angles carry a float32 relative error (~1e-7 * angle).
+`dynamic` scaling forms its sequence-length dependent frequencies in-graph in double-float as well
+(`_dynamic_pieces`: Newton steps for `g ** (-1/m)`, powers by squaring), keeping the same accuracy.
 
 Inputs in bfloat16/float16 are rotated in float32 and cast back. Under `jax.jit` the sequence
 length of `dynamic`/`longrope` is `max(positions) + 1`, traced.
@@ -16,6 +16,7 @@ length of `dynamic`/`longrope` is `max(positions) + 1`, traced.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -26,7 +27,7 @@ from flax import nnx
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config, split_float32
 
-from ._common import resolve_dtype, spec_constant
+from ._common import resolve_dtype
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
@@ -43,18 +44,26 @@ def _freeze(value):
     return value
 
 
-_PLANS: dict = {}
+_TABLES: dict = {}
 
 
-def _plan(rotary_dim, base, scaling, layout):
-    """The spec's plan plus its float32 pieces (NumPy constants, cached per parameters)."""
-    key = ("rope", rotary_dim, float(base), _freeze(scaling), layout)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
-    parts = spec_constant(key + ("parts",), lambda: split_float32(plan.turns))
-    long = None if plan.turns_long is None else spec_constant(key + ("long",), lambda: split_float32(plan.turns_long))
-    return plan, parts, long
+def _tables(rotary_dim, base, scaling, layout):
+    """Validate once; return `(kind, arrays)`: the spec's plan as float32 NumPy arrays, cached.
+
+    The arrays are passed to the compiled function as arguments, not baked in as constants, so one
+    compilation serves every scaling of the same kind, shape and dtype.
+    """
+    key = (rotary_dim, float(base), _freeze(scaling), layout)
+    if key not in _TABLES:
+        plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+        arrays = {"parts": split_float32(plan.turns), "scale": np.float32(plan.attention_scale)}
+        if plan.kind == "longrope":
+            arrays.update(long=split_float32(plan.turns_long), original=np.float32(plan.original))
+        if plan.kind == "dynamic":
+            arrays.update(turns=_two_float(plan.turns), original=np.float32(plan.original),
+                          slope=_two_float(plan.factor / plan.original), offset=_two_float(plan.factor - 1.0))
+        _TABLES[key] = (plan.kind, arrays)
+    return _TABLES[key]
 
 
 def _check_positions(positions):
@@ -62,15 +71,85 @@ def _check_positions(positions):
         raise ValueError(f"positions must be an integer array, got dtype {positions.dtype}")
 
 
-def _pieces(positions, plan, parts, long):
+def _pieces(positions, kind, t):
     """`[4, r/2]` float32 turn pieces for this call (in-graph for dynamic / longrope)."""
-    if plan.kind == "static":
-        return jnp.asarray(parts)
+    if kind == "static":
+        return jnp.asarray(t["parts"])
     seq_len = jnp.max(positions).astype(jnp.float32) + 1
-    if plan.kind == "longrope":
-        return jnp.where(seq_len > plan.original, long, parts)
-    growth = plan.factor * jnp.maximum(seq_len, plan.original) / plan.original - (plan.factor - 1.0)
-    return parts * jnp.exp(jnp.asarray(plan.dynamic_exponent, jnp.float32) * jnp.log(growth))
+    if kind == "longrope":
+        return jnp.where(seq_len > t["original"], t["long"], t["parts"])
+    return _dynamic_pieces(jnp.maximum(seq_len, t["original"]), t)
+
+
+# --- double-float arithmetic for dynamic NTK (values as (hi, lo) float32 pairs) -----------------------
+
+def _two_float(values):
+    """float64 -> `[2, ...]` float32 (hi, lo) with hi + lo equal to the value to ~48 bits."""
+    values = np.asarray(values, np.float64)
+    hi = values.astype(np.float32)
+    return np.stack([hi, (values - hi).astype(np.float32)])
+
+
+def _split12(a):
+    """a = hi + lo, each with at most 12 significant bits (bit mask: no rounding, no FMA contraction)."""
+    hi = jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(a, jnp.int32) & np.int32(-4096), jnp.float32)
+    return hi, a - hi
+
+
+def _renormalize(a, b):
+    total = a + b
+    return total, b - (total - a)
+
+
+def _df_mul(a, b):
+    """(a_hi + a_lo) * (b_hi + b_lo) as a double-float (Dekker's product; ~2**-46 relative)."""
+    product = a[0] * b[0]
+    ah, al = _split12(a[0])
+    bh, bl = _split12(b[0])
+    error = ((ah * bh - product) + ah * bl + al * bh) + al * bl  # every partial product is exact
+    return _renormalize(product, error + (a[0] * b[1] + a[1] * b[0]))
+
+
+def _df_pow(a, n):
+    """a ** n for a static integer n >= 1, by squaring."""
+    result = None
+    while n:
+        if n & 1:
+            result = a if result is None else _df_mul(result, a)
+        n >>= 1
+        if n:
+            a = _df_mul(a, a)
+    return result
+
+
+def _dynamic_pieces(seq_len, t):
+    """Dynamic NTK turns `w_j * g ** (-j / m)`, m = r/2 - 1, as 12-bit pieces, in double-float.
+
+    `g = factor * s / L - (factor - 1)` (exact: s < 2**24). `q = g ** (-1/m)` starts from float32 pow
+    and takes two Newton steps on `g * q**m = 1`; `q ** j` is built by squaring. The result carries
+    ~1e-13 relative error, so the angle reduction keeps its ~1e-7 rad accuracy.
+    """
+    half = t["parts"].shape[-1]
+    m = half - 1
+    p, e = _df_mul((seq_len, jnp.float32(0)), (t["slope"][0], t["slope"][1]))
+    hi, lo = _renormalize(p, -t["offset"][0])  # exact: p = factor * s / L >= factor - 1
+    g = _renormalize(hi, lo + e - t["offset"][1])
+    q = (jnp.power(g[0], jnp.float32(-1.0 / m)), jnp.float32(0))
+    for _ in range(2):
+        gq = _df_mul(g, _df_pow(q, m))
+        residual = (1.0 - gq[0]) - gq[1]  # 1 - g * q**m, small: exact enough in float32
+        q = _renormalize(q[0], q[1] + q[0] * residual / m)
+    j = np.arange(half)
+    power = (jnp.ones(half, jnp.float32), jnp.zeros(half, jnp.float32))
+    base = (jnp.broadcast_to(q[0], (half,)), jnp.broadcast_to(q[1], (half,)))
+    for bit in range(max(m, 1).bit_length()):
+        take = (j >> bit) & 1 == 1
+        stepped = _df_mul(power, base)
+        power = (jnp.where(take, stepped[0], power[0]), jnp.where(take, stepped[1], power[1]))
+        base = _df_mul(base, base)
+    w = _df_mul((t["turns"][0], t["turns"][1]), power)
+    (h1, h2), (l1, l2) = _split12(w[0]), _split12(w[1])
+    return jnp.stack([h1, h2, l1, l2])
 
 
 def _reduced_angle(positions, pieces):
@@ -92,10 +171,9 @@ def _reduced_angle(positions, pieces):
     return turns * _TWO_PI_HI + turns * _TWO_PI_LO
 
 
-def _half_cos_sin(positions, plan, parts, long):
-    angle = _reduced_angle(positions, _pieces(positions, plan, parts, long))
-    scale = np.float32(plan.attention_scale)
-    return jnp.cos(angle) * scale, jnp.sin(angle) * scale
+def _half_cos_sin(positions, kind, t):
+    angle = _reduced_angle(positions, _pieces(positions, kind, t))
+    return jnp.cos(angle) * t["scale"], jnp.sin(angle) * t["scale"]
 
 
 def _rotate(x, cos, sin, rotary_dim, layout):
@@ -114,14 +192,21 @@ def _rotate(x, cos, sin, rotary_dim, layout):
     return jnp.concatenate([out, x[..., rotary_dim:]], axis=-1)
 
 
+@functools.partial(jax.jit, static_argnames=("kind", "rotary_dim", "layout"))
+def _apply(x, positions, t, *, kind, rotary_dim, layout):
+    """The whole rotation, one compiled function per (shapes, dtype, kind), also serving eager calls."""
+    cos, sin = _half_cos_sin(positions, kind, t)
+    return _rotate(x, cos, sin, rotary_dim, layout)
+
+
 def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
     """`(inv_freq float32 [r/2], attention_scale float)`; see `posenc_np.rope_frequencies`.
 
     `seq_len` may be an int or a traced integer scalar.
     """
-    plan, parts, long = _plan(rotary_dim, base, scaling, "half")
-    pieces = jnp.asarray(parts) if seq_len is None else _pieces(jnp.asarray(seq_len) - 1, plan, parts, long)
-    return jnp.sum(pieces, axis=0) * _TWO_PI_HI, plan.attention_scale
+    kind, t = _tables(rotary_dim, base, scaling, "half")
+    pieces = jnp.asarray(t["parts"]) if seq_len is None else _pieces(jnp.asarray(seq_len) - 1, kind, t)
+    return jnp.sum(pieces, axis=0) * _TWO_PI_HI, rope_plan(rotary_dim, base=base, scaling=scaling).attention_scale
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
@@ -130,7 +215,7 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     positions = jnp.asarray(positions)
     _check_positions(positions)
-    cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout))
+    cos, sin = _half_cos_sin(positions, *_tables(rotary_dim, base, scaling, layout))
     expand = (lambda t: jnp.concatenate([t, t], -1)) if layout == "half" else (lambda t: jnp.repeat(t, 2, -1))
     dtype = resolve_dtype(dtype)
     return expand(cos).astype(dtype), expand(sin).astype(dtype)
@@ -146,8 +231,8 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     positions = jnp.asarray(positions)
     _check_positions(positions)
     check_rope_shapes(x.shape, positions.shape)
-    cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout))
-    return _rotate(x, cos, sin, rotary_dim, layout)
+    kind, t = _tables(rotary_dim, base, scaling, layout)
+    return _apply(x, positions, t, kind=kind, rotary_dim=rotary_dim, layout=layout)
 
 
 def rope_permutation(head_dim, *, source, target, rotary_dim=None):
@@ -194,7 +279,7 @@ class RotaryEmbedding(nnx.Module):
             raise ValueError(f"rotary_dim={self.rotary_dim} is larger than the head dim {x.shape[-1]}")
         _check_positions(positions)
         check_rope_shapes(x.shape, positions.shape)
-        planned = _plan(self.rotary_dim, self.base, self.scaling, self.layout)
+        planned = _tables(self.rotary_dim, self.base, self.scaling, self.layout)
         cache = self.cache[...]
         rows = cache.shape[1]
         if rows == 0:

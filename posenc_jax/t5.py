@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +18,7 @@ from .alibi import position_pair
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
 
+@partial(jax.jit, static_argnums=(1, 2, 3))  # one compile per shape instead of one per eager op
 def _buckets(relative, bidirectional, num_buckets, max_distance):
     per_direction, max_exact = check_t5_args(bidirectional, num_buckets, max_distance)
     key = ("t5_thresholds", bool(bidirectional), num_buckets, max_distance)
@@ -28,7 +31,7 @@ def _buckets(relative, bidirectional, num_buckets, max_distance):
         offset = 0
         distance = jnp.maximum(-relative, 0)
     # count(thresholds <= distance): integers only, the spec's buckets whatever XLA's log does.
-    log_steps = jnp.searchsorted(thresholds, distance, side="right")
+    log_steps = jnp.searchsorted(thresholds, distance, side="right", method="compare_all")
     return (offset + jnp.minimum(distance, max_exact) + log_steps).astype(jnp.int32)
 
 

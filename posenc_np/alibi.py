@@ -103,7 +103,8 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=N
 
     Args:
         num_heads: number of heads, >= 1.
-        q_positions: `[..., q]` real array (integer or float positions).
+        q_positions: `[..., q]` real array (integer or float positions; any value is valid, so under
+            jit nothing needs checking).
         k_positions: `[..., k]` real array.
         form: "symmetric", "causal" or "bloom".
         dtype: output dtype (float64 when None); slopes and differences are float64 regardless.

@@ -112,9 +112,9 @@ def build_parser():
                        help="torch.compile backend of torch's jit mode. aot_eager (default) captures the same "
                             "fullgraph (any graph break fails) and runs it with eager kernels; inductor also "
                             "generates C++ kernels, about 2-20 s per graph on a 2-core CPU")
-    check.add_argument("--jobs", "-j", type=int, default=3,
-                       help="processes to spread the backends over (default 3: one per framework; tracing and "
-                            "compiling are mostly single-threaded, so even 2 cores run them side by side)")
+    check.add_argument("--jobs", "-j", type=int, default=min(2, os.cpu_count() or 1),
+                       help="processes to spread the backends over (default: 2, or 1 on a single core); "
+                            "compiling dominates a run and is CPU-bound")
     check.add_argument("--verbose", "-v", action="store_true", help="list every passing comparison")
     check.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     check.set_defaults(func=cmd_check)

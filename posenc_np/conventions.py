@@ -21,6 +21,7 @@ FAMILY_OF_ENCODING = {
     "apply_rope": "rope",
     "alibi_bias": "alibi",
     "t5_bias": "t5",
+    "t5_bucket": "t5",
     "relative_embeddings": "relative",
 }
 

@@ -70,7 +70,8 @@ def relative_embeddings(table, q_positions, k_positions, *, max_distance, sign="
 
     Raises:
         ValueError/TypeError: a table that is not `[2 * max_distance + 1, dim]`, non-integer positions,
-            unknown `sign`, negative `max_distance`.
+            unknown `sign`, negative `max_distance`. Under jit, backends refuse floating positions
+            by dtype (TypeError); the clip keeps every row inside the table, so no position is out of range.
 
     Reference:
         Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position Representations", 2018,

@@ -34,6 +34,7 @@ __all__ = [
     "permute_qk_rows",
     "scaling_from_hf_config",
     "split_float32",
+    "rope_angle_error",
 ]
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -394,3 +395,18 @@ def scaling_from_hf_config(config) -> dict:
         resolve_scaling(scaling, rotary_dim=rotary_dim, base=float(base))  # fail here, not at first use
     return dict(base=float(base), rotary_dim=rotary_dim, scaling=scaling)
 
+
+
+def rope_angle_error(cos, sin, positions, rotary_dim, *, base=10000.0, scaling=None) -> float:
+    """Max |angle error| (radians) of half-size cos/sin tables `[..., r/2]` against float64 angles.
+
+    The angle is read back as `atan2(sin, cos)` (the attention scale cancels) and compared modulo
+    2pi with `p * inv_freq` formed and reduced in float64. Used by the precision tests and
+    benchmarks/rope_precision.py.
+    """
+    positions = np.asarray(positions)
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling)
+    turns = positions.astype(np.float64)[..., None] * plan.turns_at(int(positions.max()) + 1)
+    exact = (turns - np.round(turns)) * 2 * np.pi
+    got = np.arctan2(np.asarray(sin, np.float64), np.asarray(cos, np.float64))
+    return float(np.abs(np.angle(np.exp(1j * (got - exact)))).max())

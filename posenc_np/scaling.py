@@ -11,7 +11,9 @@ Types and their source:
     ntk        static NTK-aware base change: base' = base * factor ** (r / (r - 2))
     dynamic    dynamic NTK: base' = base * (factor * s / L - (factor - 1)) ** (r / (r - 2)),
                s = max(seq_len, L), L = original_max_position_embeddings; unscaled while s <= L
-               (HF `_compute_dynamic_ntk_parameters`)
+               (HF `_compute_dynamic_ntk_parameters`). Stateless: each call uses its own seq_len,
+               where HF's rotary module keeps the frequencies of the longest sequence seen until a
+               sequence shorter than L resets them (equal on a fresh module or a growing cache)
     yarn       Peng et al. 2023 (arXiv:2309.00071), HF `_compute_yarn_parameters` (truncate=True default,
                high clamped to r - 1)
     llama3     Meta llama-models `apply_scaling`, HF `_compute_llama3_parameters`

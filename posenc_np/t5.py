@@ -100,6 +100,9 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
         ValueError/TypeError: non-integer relative positions, odd `num_buckets` with
             bidirectional=True, `max_distance <= max_exact`, too few buckets.
 
+    Under jit (torch.compile, tf.function, jax.jit) backends cannot read values: an integer array is
+    bucketed as here, a floating one is refused by its dtype (TypeError) whatever it holds.
+
     Reference:
         Raffel et al., "Exploring the Limits of Transfer Learning", 2019, arXiv:1910.10683;
         HF models/t5/modeling_t5.py `T5Attention._relative_position_bucket`;

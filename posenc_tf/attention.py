@@ -45,9 +45,10 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
 def keras_attention(q, k, v, *, bias=None, causal=False, scale=None):
     """`out` of `keras.ops.dot_product_attention` for `[batch, heads, seq, dim]` (or `[heads, seq, dim]`).
 
-    keras.ops wants `[batch, seq, heads, dim]`, so q/k/v are transposed in and out; the bias is
-    broadcast to `[batch, heads, q, k]`. Its `is_causal` aligns the first query with the first key,
-    so the spec's bottom-right mask goes in as `mask`. Computed in float32 for float16/bfloat16.
+    keras.ops wants `[batch, seq, heads, dim]`, so q/k/v are transposed in and out; the bias
+    (`[heads, q, k]` or `[batch, heads, q, k]`) gets size-1 leading axes, no batch copy. Its
+    `is_causal` aligns the first query with the first key, so the spec's bottom-right mask goes in
+    as `mask`. Computed in float32 for float16/bfloat16.
     """
     scale = check_attention_args(q.shape, k.shape, v.shape, causal=causal, scale=scale)
     squeeze = len(q.shape) == 3
@@ -57,9 +58,10 @@ def keras_attention(q, k, v, *, bias=None, causal=False, scale=None):
         raise ValueError(f"keras_attention takes [batch, heads, seq, dim] or [heads, seq, dim], got {q.shape}")
     compute = _compute_dtype(q)
     to_bthd = lambda x: tf.transpose(tf.cast(x, compute), [0, 2, 1, 3])  # noqa: E731
-    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    bias = None if bias is None else tf.broadcast_to(tf.cast(bias, compute), shape)
-    mask = tf.broadcast_to(_mask(q, k), shape) if causal else None
+    if bias is not None:  # 4-D with size-1 leading axes: added by broadcasting, no batch copy
+        bias = tf.cast(bias, compute)
+        bias = tf.reshape(bias, [1] * (4 - len(bias.shape)) + list(bias.shape))
+    mask = _mask(q, k)[None, None] if causal else None
     out = keras.ops.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=bias, mask=mask, scale=scale)
     out = tf.cast(tf.transpose(out, [0, 2, 1, 3]), q.dtype)
     return out[0] if squeeze else out

@@ -151,14 +151,17 @@ class RotaryEmbedding(keras.layers.Layer):
     With `max_len` (and a length-independent scaling) a float32 cos/sin cache `[max_len, r/2]`
     computed by the float64 spec is held as a constant (not a weight): a call whose positions all lie
     in `[0, max_len)` gathers from it, otherwise the angles are computed; the choice is a `tf.cond`, so
-    XLA compiles once for every length. Under a bfloat16 dtype policy, `x` arrives in bfloat16 and is
-    rotated in float32; positions, frequencies and angles are never cast to the policy.
+    XLA compiles once for every length. The output dtype follows `x` (inputs are not autocast to the
+    dtype policy: in a mixed_bfloat16 model `x` arrives in bfloat16 and is rotated in float32);
+    positions, frequencies and angles are never cast to the policy.
     `get_config` holds every constructor argument.
     """
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
                  head_dim=None, **kwargs):
         super().__init__(**kwargs)
+        self._convert_input_args = False  # the output follows x's dtype, as apply_rope's does; no autocast
+        self._allow_non_tensor_positional_args = True  # NumPy x / positions, converted in call
         self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
         self._config = dict(rotary_dim=rotary_dim, base=float(base), layout=layout, scaling=scaling, max_len=max_len,
                             rotary_pct=rotary_pct, head_dim=head_dim)
@@ -172,6 +175,7 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def call(self, x, positions):
         cfg = self._config
+        x = as_tensor(x)
         if cfg["head_dim"] is not None and x.shape[-1] != cfg["head_dim"]:
             raise ValueError(f"x has {x.shape[-1]} channels, this RotaryEmbedding was built for head_dim={cfg['head_dim']}")
         if self.rotary_dim > x.shape[-1]:

@@ -41,7 +41,8 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     relative = as_tensor(relative_position)
     if relative.dtype.is_floating:
         if is_symbolic(relative):
-            raise TypeError(f"relative_position must be an integer tensor inside tf.function, got {relative.dtype.name}")
+            raise TypeError(f"relative_position must be an integer tensor inside tf.function, "
+                            f"got {relative.dtype.name}")
         relative = tf.constant(check_integer_positions("relative_position", tf.cast(relative, tf.float64).numpy()))
     return _buckets(tf.cast(relative, tf.int64), bidirectional, num_buckets, max_distance)
 

@@ -30,7 +30,7 @@ def position_pair(q_positions, k_positions, *, integer: bool):
         if integer and x.is_floating_point():
             if torch.compiler.is_compiling():
                 raise TypeError(f"{name} must be an integer tensor under torch.compile, got {x.dtype}")
-            check_integer_positions(name, x.detach().cpu().float().numpy())
+            check_integer_positions(name, x.detach().cpu().double().numpy())
     check_position_pair(q.shape, k.shape)
     if integer:
         return q.long(), k.long()
@@ -56,7 +56,10 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=N
     slopes = spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads), device=q.device)
     i = q[..., None, :, None]
     j = k[..., None, None, :]
-    as_float = lambda x: x.to(torch.promote_types(x.dtype, torch.float32)) if x.is_floating_point() else x.float()  # noqa: E731
+
+    def as_float(x):
+        return x.to(torch.promote_types(x.dtype, torch.float32)) if x.is_floating_point() else x.float()
+
     slopes = slopes[:, None, None]
     if form == "symmetric":
         bias = -slopes * as_float((i - j).abs())

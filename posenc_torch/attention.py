@@ -97,17 +97,17 @@ def t5_score_mod(table, *, bidirectional=True, num_buckets=32, max_distance=128,
     """A FlexAttention `score_mod` adding `table[t5_bucket(kv_idx - q_idx - q_offset), h]`.
 
     Buckets are counted against the spec's thresholds as in `posenc_torch.t5_bucket`; `table`
-    `[num_buckets, heads]` is read inside the score function (gradients flow to it). Use
-    `flex_attention(..., scale=1.0)` for T5's unscaled logits.
+    `[num_buckets, heads]` is read inside the score function (gradients flow to it in eager
+    FlexAttention; with torch 2.13 on CPU, compiling the backward through a trainable table fails in
+    Inductor, the compiled forward works). Use `flex_attention(..., scale=1.0)` for T5's unscaled logits.
     """
     per_direction, max_exact = check_t5_args(bidirectional, num_buckets, max_distance)
     if table.ndim != 2 or table.shape[0] != num_buckets:
         raise ValueError(f"table must be [num_buckets={num_buckets}, heads], got shape {tuple(table.shape)}")
-    key = ("t5_thresholds", bool(bidirectional), num_buckets, max_distance)
-    thresholds = spec_constant(key, lambda: t5_bucket_thresholds(
-        bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance),
-        dtype=torch.long, device=table.device)
-
+    # Python ints: the count below is pointwise, which the compiled (Inductor) flex kernel needs; a
+    # reduction over a thresholds tensor cannot be lowered inside score_mod.
+    thresholds = [int(t) for t in t5_bucket_thresholds(bidirectional=bidirectional, num_buckets=num_buckets,
+                                                       max_distance=max_distance)]
     def score_mod(score, b, h, q_idx, kv_idx):
         relative = kv_idx - (q_idx + q_offset)
         if bidirectional:
@@ -116,8 +116,9 @@ def t5_score_mod(table, *, bidirectional=True, num_buckets=32, max_distance=128,
         else:
             offset = 0
             distance = (-relative).clamp(min=0)
-        log_steps = (distance >= thresholds).sum()  # score_mod sees scalars (vmapped)
-        bucket = offset + distance.clamp(max=max_exact) + log_steps
+        bucket = offset + distance.clamp(max=max_exact)
+        for threshold in thresholds:
+            bucket = bucket + (distance >= threshold).long()
         return score + table[bucket, h].to(score.dtype)
 
     return score_mod

@@ -42,7 +42,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     if relative.is_floating_point():
         if torch.compiler.is_compiling():
             raise TypeError(f"relative_position must be an integer tensor under torch.compile, got {relative.dtype}")
-        check_integer_positions("relative_position", relative.detach().cpu().float().numpy())
+        check_integer_positions("relative_position", relative.detach().cpu().double().numpy())
     return _buckets(relative.long(), bidirectional, num_buckets, max_distance)
 
 

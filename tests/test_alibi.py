@@ -106,7 +106,8 @@ def test_shapes_broadcast_without_batch_copy():
 def test_float_positions_and_dtype():
     out = pn.alibi_bias(2, np.array([0.5, 1.5]), np.array([0.0, 1.0]), form="causal", dtype="float16")
     assert out.dtype == np.float16
-    np.testing.assert_array_equal(out[0].astype(np.float64), [[-0.5 / 16, 0.5 / 16], [-1.5 / 16, -0.5 / 16]])  # m_0 = 2**-4 for 2 heads
+    m = 2.0**-4  # the first of 2 heads
+    np.testing.assert_array_equal(out[0].astype(np.float64), [[-0.5 * m, 0.5 * m], [-1.5 * m, -0.5 * m]])
 
 
 @pytest.mark.parametrize("kwargs, match", [

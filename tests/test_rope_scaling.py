@@ -354,3 +354,49 @@ def test_permuted_weights_keep_attention_logits(source, target, rotary_dim):
     assert compare(after, before, tolerance("float64", scale=np.abs(before).max())).passed
     if source != target:  # the permutation is needed: the unpermuted weights give other logits
         assert not np.allclose(logits(wq, wk, target), before)
+
+
+# --- whole config.json files, as published on the Hub ---------------------------------------------
+
+RAW_CONFIGS = {
+    "llama-3.1": ("LlamaConfig", {
+        "hidden_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 131072,
+        "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 8192, "rope_type": "llama3"}}),
+    "phi-3-128k": ("Phi3Config", {  # original length at top level, no factor: HF derives it
+        "hidden_size": 256, "num_attention_heads": 8, "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "longrope", "short_factor": np.linspace(1, 2, 16).tolist(),
+                         "long_factor": np.linspace(1, 40, 16).tolist()}}),
+    "gpt-neox": ("GPTNeoXConfig", {
+        "hidden_size": 256, "num_attention_heads": 4, "rotary_pct": 0.25, "rotary_emb_base": 20000,
+        "max_position_embeddings": 2048}),
+    "dynamic-old-style": ("LlamaConfig", {
+        "hidden_size": 128, "num_attention_heads": 4, "max_position_embeddings": 256, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0}}),
+}
+
+
+@pytest.mark.parametrize("name", list(RAW_CONFIGS))
+def test_scaling_from_hf_config_json_matches_transformers(name, tmp_path):
+    import json
+
+    class_name, raw = RAW_CONFIGS[name]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    mine = pn.scaling_from_hf_config(str(path))
+    config = getattr(transformers, class_name)(**copy.deepcopy(raw))
+    module_name = {"LlamaConfig": "llama", "Phi3Config": "phi3", "GPTNeoXConfig": "gpt_neox"}[class_name]
+    module = __import__(f"transformers.models.{module_name}.modeling_{module_name}", fromlist=["x"])
+    rotary_class = next(getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding"))
+    seq_len = 2 * raw["max_position_embeddings"]  # past every original length: the scaled regime
+    rotary = rotary_class(config)
+    inv_init = rotary.inv_freq.double().numpy()
+    x = torch.zeros(1)
+    rotary(x, torch.tensor([[seq_len - 1]]))  # HF's dynamic / longrope update
+    inv_long = rotary.inv_freq.double().numpy()
+    assert mine["rotary_dim"] == 2 * inv_init.shape[0]
+    for seq, desired in ((None, inv_init), (seq_len, inv_long)):
+        inv, scale = pn.rope_frequencies(mine["rotary_dim"], base=mine["base"], scaling=mine["scaling"], seq_len=seq)
+        assert_relative(inv, desired)
+        assert compare(scale, rotary.attention_scaling, tolerance("float64")).passed

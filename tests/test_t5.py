@@ -55,7 +55,8 @@ def test_bucket_float32_not_float64():
     """Where float64 and HF's float32 disagree (18 buckets, 128), the spec follows float32."""
     distance = np.array([8, 16, 64])
     per_direction, max_exact = 9, 4
-    float64 = max_exact + (np.log(distance / max_exact) / np.log(128 / max_exact) * (per_direction - max_exact)).astype(int)
+    scaled = np.log(distance / max_exact) / np.log(128 / max_exact) * (per_direction - max_exact)
+    float64 = max_exact + scaled.astype(int)
     hf = _hf_bucket(-distance, True, 18, 128)
     assert not np.array_equal(float64, hf)
     np.testing.assert_array_equal(pn.t5_bucket(-distance, num_buckets=18, max_distance=128), hf)
@@ -227,3 +228,21 @@ def test_keras_layer_roundtrip(tmp_path):
     x = np.arange(6)[None].astype(np.int32)
     np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
     np.testing.assert_array_equal(loaded.layers[-1].table.numpy(), layer.table.numpy())
+
+
+def test_nnx_module_under_jit_and_grad():
+    nnx = pytest.importorskip("flax.nnx")
+    import jax.numpy as jnp
+
+    import posenc_jax
+
+    layer = posenc_jax.T5RelativeBias(2, num_buckets=8, max_distance=16, rngs=nnx.Rngs(0))
+    q, k = jnp.arange(3, 7), jnp.arange(7)
+    out = nnx.jit(lambda m, q, k: m(q, k))(layer, q, k)
+    _assert_close(np.asarray(out), pn.t5_bias(np.asarray(layer.table[...]), np.arange(3, 7), np.arange(7),
+                                              num_buckets=8, max_distance=16), EXACT)
+    grads = nnx.grad(lambda m: jnp.sum(m(q, k)))(layer)
+    counts = np.bincount(pn.t5_bucket(np.arange(7)[None, :] - np.arange(3, 7)[:, None], num_buckets=8,
+                                      max_distance=16).ravel(), minlength=8)
+    expected = np.repeat(counts[:, None], 2, axis=1).astype(np.float32)  # d sum / d table = bucket counts
+    np.testing.assert_array_equal(np.asarray(grads.table[...]), expected)

@@ -3,9 +3,10 @@
 Signatures (shapes + keyword arguments, one torch compile each per dtype) are kept few: the case sets
 "short", "long" and "kv-offset" share `x [2, 2, 8, 16]` with `positions [8]`; "per-row" and "left-pad"
 share `positions [2, 1, 8]`; "broadcast" feeds `[batch, seq, heads, dim]` with `positions [2, 8, 1]`.
-Only the sequence-length dependent types (`dynamic`, `longrope`), `yarn` (attention scale) and the
-Hugging Face Llama convention run under jit on every case set; the rest run eagerly, where the
-position-dependent code is the same.
+Under jit (one compile per signature and dtype) run: the sequence-length dependent types (`dynamic`,
+`longrope`, half layout: traced seq_len), and "kv-offset" of hf-llama, meta-llama and gpt-neox plus
+hf-llama's "broadcast"; the rest run eagerly: under jit the position-dependent code is the same, and
+static scalings are constants.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ SCALINGS = {
     "keras-hub-dynamic": {"rope_type": "keras-hub-dynamic", "factor": 4.0},
     "keras-hub-yarn": {"rope_type": "keras-hub-yarn", "factor": 8.0, "original_max_position_embeddings": ORIGINAL},
 }
-JIT_SCALINGS = ("dynamic", "longrope", "yarn")
+JIT_SCALINGS = ("dynamic", "longrope")  # traced seq_len: the in-graph frequency path
 
 POSITIONS = {
     "short": np.arange(8),
@@ -85,13 +86,17 @@ def _rope_case(tag, case, params, *, head_dim=HEAD_DIM, modes=("eager", "jit")):
 
 for _layout in ("half", "interleaved"):
     for _name, _scaling in SCALINGS.items():
-        _jit = _name in JIT_SCALINGS
-        _sets = ("short", "long", "per-row") if _name in ("dynamic", "longrope") else ("short", "long")
+        # "long" includes position 0 and crosses the original length; "short" and "per-row" matter only
+        # where the frequencies depend on the sequence length (below / above it, per batch).
+        _sets = ("short", "long", "per-row") if _name in JIT_SCALINGS else ("long",)
         for _case in _sets:
+            _jit = _name in JIT_SCALINGS and _case != "per-row" and _layout == "half"
             _rope_case(f"{_layout}-{_name}", _case, {"layout": _layout, "scaling": _scaling},
                        modes=("eager", "jit") if _jit else ("eager",))
 
 for _name, _head_dim in (("hf-llama", HEAD_DIM), ("meta-llama", HEAD_DIM), ("gptj", 72), ("gpt-neox", HEAD_DIM)):
     for _case in POSITIONS:
-        _modes = ("eager", "jit") if _name == "hf-llama" or _case == "kv-offset" else ("eager",)
+        _jit = (_name == "hf-llama" and _case in ("kv-offset", "broadcast")) or (
+            _name in ("meta-llama", "gpt-neox") and _case == "kv-offset")
+        _modes = ("eager", "jit") if _jit else ("eager",)
         _rope_case(_name, _case, dict(conventions[_name].params), head_dim=_head_dim, modes=_modes)

@@ -20,7 +20,7 @@ from ..testing import Tolerance
 __all__ = ["Case", "register", "all_cases", "CASE_MODULES"]
 
 #: Modules that register cases, in report order.
-CASE_MODULES = ("cases_absolute", "cases_rope", "cases_bias")
+CASE_MODULES = ("cases_absolute", "cases_rope", "cases_bias", "cases_grad")
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class Case:
         case: the case set ("short", "long", "kv-offset", "per-row", "left-pad", "broadcast", "grad").
         make: `(rng, dtype) -> (args, kwargs)`: NumPy inputs; float inputs already in `dtype`
             (`ml_dtypes.bfloat16` for bfloat16); a `dtype=` keyword, if any, as the dtype name string.
-        tol: `(desired_float64, dtype) -> Tolerance`.
+        tol: `(desired_float64, dtype) -> Tolerance`, or `(desired_float64, dtype, args) -> Tolerance` when
+            `tol_needs_inputs` (a bound that depends on the inputs, e.g. a gradient's cotangent).
         fn: `(package_module, *args, **kwargs) -> array` when the comparison is not a single contract
             call (a module, a gradient, an attention path); it is run on the spec with `posenc_np`.
         dtypes: the dtypes this case applies to (default: all of the suite's).
@@ -52,6 +53,7 @@ class Case:
     description: str = ""
     modes: tuple = ("eager", "jit")
     tags: tuple = field(default_factory=tuple)
+    tol_needs_inputs: bool = False
 
     @property
     def family(self) -> str:

@@ -1,0 +1,244 @@
+"""The port plan: which source tensor becomes which target tensor, through which conversions.
+
+Rules select source tensors by glob (`*` matches any run of characters, dots included; `?` one
+character). A rename rule `SRC=DST` substitutes the text `*` matched, in order, into DST's `*`s.
+Conversions apply in this fixed order, each only where declared (nothing is inferred from shapes,
+so a square matrix is never transposed silently):
+
+    split (fused QKV rows) -> strip/add offset rows -> resize -> reverse rows -> RoPE row permutation
+    -> transpose
+
+The RoPE permutation acts on rows (axis 0) of the tensor as the source stores it, i.e. torch
+`[out, in]`; a tensor stored `[in, out]` is transposed first with `--transpose` on a separate port.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._errors import UsageError
+from ..learned import resize_table
+from ..rope import ROPE_LAYOUTS, permute_qk_rows
+
+__all__ = ["Op", "Entry", "Rules", "build_plan", "glob_regex"]
+
+
+def glob_regex(pattern: str):
+    """A glob whose `*`/`?` capture, as an anchored regex."""
+    out = []
+    for char in pattern:
+        out.append("(.*?)" if char == "*" else "(.)" if char == "?" else re.escape(char))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _fill(template: str, groups) -> str:
+    groups = list(groups)
+    stars = template.count("*")
+    if stars > len(groups):
+        raise UsageError(f"rename target {template!r} has {stars} '*' but its pattern captured {len(groups)}")
+    parts = template.split("*")
+    return "".join(p + (groups[i] if i < stars else "") for i, p in enumerate(parts))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One conversion: `kind` and its parameters; `shape()` and `apply()` agree by construction."""
+
+    kind: str
+    params: tuple = ()
+
+    def shape(self, shape):
+        k, p = self.kind, self.params
+        if k == "rows":
+            return (p[1] - p[0], *shape[1:])
+        if k == "strip":
+            return (shape[0] - p[0], *shape[1:])
+        if k == "pad":
+            return (shape[0] + p[0], *shape[1:])
+        if k == "resize":
+            return (p[0], *shape[1:])
+        if k == "transpose":
+            return tuple(reversed(shape))
+        return tuple(shape)
+
+    def apply(self, array):
+        k, p = self.kind, self.params
+        if k == "rows":
+            return array[p[0]:p[1]]
+        if k == "strip":
+            return array[p[0]:]
+        if k == "pad":  # the rows an offset convention never reads (fairseq/RoBERTa padding rows) are zero
+            return np.concatenate([np.zeros((p[0], *array.shape[1:]), array.dtype), array])
+        if k == "resize":
+            return resize_table(array, p[0], method=p[1])
+        if k == "reverse":
+            return array[::-1]
+        if k == "rope":
+            heads, source, target, rotary_dim = p
+            return permute_qk_rows(array, heads, source=source, target=target, rotary_dim=rotary_dim)
+        if k == "transpose":
+            return np.ascontiguousarray(np.transpose(array))
+        raise AssertionError(k)
+
+    def __str__(self):
+        return self.kind if not self.params else f"{self.kind}({', '.join(map(str, self.params))})"
+
+
+@dataclass
+class Entry:
+    """One output tensor."""
+
+    target: str
+    source: str
+    source_shape: tuple
+    dtype: str
+    ops: list = field(default_factory=list)
+    tags: dict = field(default_factory=dict)  # what verification needs: role, pairing key, ...
+
+    @property
+    def shape(self):
+        shape = tuple(self.source_shape)
+        for op in self.ops:
+            shape = op.shape(shape)
+        return shape
+
+    def produce(self, reader):
+        array = reader.get(self.source)
+        for op in self.ops:
+            array = op.apply(array)
+        return array
+
+
+@dataclass
+class Rules:
+    """Declared conversions (CLI options or a preset). Globs match SOURCE names."""
+
+    rename: list = field(default_factory=list)      # (glob, template)
+    drop: list = field(default_factory=list)        # glob
+    transpose: list = field(default_factory=list)   # glob
+    split: list = field(default_factory=list)       # (glob, [template, ...], [rows, ...], [role, ...])
+    strip: list = field(default_factory=list)       # (glob, n)
+    pad: list = field(default_factory=list)         # (glob, n)
+    resize: list = field(default_factory=list)      # (glob, new_len, method)
+    reverse: list = field(default_factory=list)     # glob
+    rope_q: list = field(default_factory=list)      # glob (rows of q heads)
+    rope_k: list = field(default_factory=list)      # glob (rows of k / kv heads)
+    heads: int | None = None
+    kv_heads: int | None = None
+    rope_from: str | None = None
+    rope_to: str | None = None
+    rotary_dim: int | None = None
+    require: list = field(default_factory=list)     # source names a preset cannot do without
+
+
+def _matches(globs, name):
+    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def _used(globs, names, what):
+    for g in globs:
+        if not any(fnmatch.fnmatchcase(n, g) for n in names):
+            raise UsageError(f"{what} pattern {g!r} matches no tensor of SOURCE")
+
+
+def build_plan(reader, rules: Rules) -> list[Entry]:
+    """The output entries in source order; UsageError for unmatched patterns, bad shapes, collisions."""
+    names = reader.names()
+    missing = [n for n in rules.require if n not in reader]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UsageError(f"SOURCE {reader.path!r} lacks required tensor(s) {shown}")
+    _check_rope_options(rules)
+    for what, globs in (("--rename", [g for g, _ in rules.rename]), ("--drop", rules.drop),
+                        ("--transpose", rules.transpose), ("--split", [s[0] for s in rules.split]),
+                        ("--strip-offset", [g for g, _ in rules.strip]), ("--add-offset", [g for g, _ in rules.pad]),
+                        ("--resize", [r[0] for r in rules.resize]), ("--reverse", rules.reverse),
+                        ("--rope-q", rules.rope_q), ("--rope-k", rules.rope_k)):
+        _used(globs, names, what)
+    entries = []
+    for name in names:
+        if _matches(rules.drop, name):
+            continue
+        shape, dtype = reader.shape(name), reader.dtype(name)
+        splits = [s for s in rules.split if fnmatch.fnmatchcase(name, s[0])]
+        if splits:
+            glob, templates, rows, roles = splits[0]
+            groups = glob_regex(glob).match(name).groups()
+            if not shape or sum(rows) != shape[0]:
+                raise UsageError(f"--split of {name!r}: parts of {rows} rows do not add up to its shape {shape}")
+            start = 0
+            for template, count, role in zip(templates, rows, roles):
+                entry = Entry(_fill(template, groups), name, shape, dtype, [Op("rows", (start, start + count))],
+                              {"key": groups, "role": role})
+                start += count
+                entries.append(_convert(entry, rules, name, role))
+            continue
+        target, key = name, (name,)
+        for glob, template in rules.rename:
+            match = glob_regex(glob).match(name)
+            if match:
+                target, key = _fill(template, match.groups()), match.groups()
+                break
+        role = "q" if _matches(rules.rope_q, name) else "k" if _matches(rules.rope_k, name) else None
+        entries.append(_convert(Entry(target, name, shape, dtype, [], {"key": key, "role": role}), rules, name, role))
+    seen = {}
+    for entry in entries:
+        if entry.target in seen:
+            raise UsageError(f"two source tensors map to {entry.target!r}: {seen[entry.target]!r} and {entry.source!r}")
+        seen[entry.target] = entry.source
+    return entries
+
+
+def _check_rope_options(rules):
+    if not (rules.rope_q or rules.rope_k or any(r in ("q", "k") for s in rules.split for r in s[3])):
+        return
+    if rules.rope_from not in ROPE_LAYOUTS or rules.rope_to not in ROPE_LAYOUTS:
+        raise UsageError(f"--rope-q/--rope-k need --rope-from and --rope-to, each one of {', '.join(ROPE_LAYOUTS)} "
+                         f"(got {rules.rope_from!r}, {rules.rope_to!r})")
+    if not rules.heads or rules.heads < 1:
+        raise UsageError("--rope-q/--rope-k need --heads (the number of query heads)")
+
+
+def _convert(entry, rules, name, role):
+    shape = entry.shape
+    for glob, n in rules.strip:
+        if fnmatch.fnmatchcase(name, glob):
+            if len(shape) != 2 or not 0 < n < shape[0]:
+                raise UsageError(f"--strip-offset {n} of {name!r} with shape {shape}: needs a 2-D table with more rows")
+            entry.ops.append(Op("strip", (n,)))
+            entry.tags["offset"] = n
+    for glob, n in rules.pad:
+        if fnmatch.fnmatchcase(name, glob):
+            if len(shape) != 2 or n < 1:
+                raise UsageError(f"--add-offset {n} of {name!r} with shape {shape}: needs a 2-D table and n >= 1")
+            entry.ops.append(Op("pad", (n,)))
+            entry.tags["offset"] = -n
+    for glob, new_len, method in rules.resize:
+        if fnmatch.fnmatchcase(name, glob):
+            if len(entry.shape) != 2 or new_len < 1:
+                raise UsageError(f"--resize of {name!r} with shape {entry.shape}: needs a 2-D table and a length >= 1")
+            entry.tags["resize"] = (entry.shape[0], new_len, method)
+            entry.ops.append(Op("resize", (new_len, method)))
+    if _matches(rules.reverse, name):
+        entry.ops.append(Op("reverse"))
+        entry.tags["reversed"] = True
+    if role in ("q", "k"):
+        heads = rules.heads if role == "q" else (rules.kv_heads or rules.heads)
+        rows = entry.shape[0]
+        if rows % heads or (rows // heads) % 2:
+            raise UsageError(f"RoPE permutation of {name!r} ({role}, shape {entry.shape}): {heads} heads do not "
+                             "split its rows into even head dims")
+        if rules.rotary_dim is not None and rules.rotary_dim > rows // heads:
+            raise UsageError(f"--rotary-dim {rules.rotary_dim} exceeds the head dim {rows // heads} of {name!r}")
+        entry.tags.update(heads=heads, head_dim=rows // heads)
+        entry.ops.append(Op("rope", (heads, rules.rope_from, rules.rope_to, rules.rotary_dim)))
+    if _matches(rules.transpose, name):
+        if len(entry.shape) < 2:
+            raise UsageError(f"--transpose of {name!r}: shape {entry.shape} has fewer than 2 axes")
+        entry.ops.append(Op("transpose"))
+        entry.tags["transposed"] = True
+    return entry
