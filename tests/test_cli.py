@@ -119,12 +119,63 @@ def _bf16_positions(module):
     return "sinusoidal", planted
 
 
+def _ops(module):
+    """transpose / reshape for the backend under test (the plants below are written once for all three)."""
+    name = module.__name__
+    if name == "posenc_torch":
+        return (lambda t: t.T), (lambda t, shape: t.reshape(shape))
+    if name == "posenc_tf":
+        import tensorflow as tf
+        return tf.transpose, tf.reshape
+    import jax.numpy as jnp
+    return jnp.transpose, jnp.reshape
+
+
+def _swap_rope_layout(module):
+    original = module.apply_rope
+
+    def planted(x, positions, *, layout="half", **kwargs):  # a Meta checkpoint run with HF's rotate_half
+        return original(x, positions, layout="interleaved" if layout == "half" else "half", **kwargs)
+    return "apply_rope", planted
+
+
+def _t5_table_transposed(module):
+    original = module.t5_bias
+    transpose, reshape = _ops(module)
+
+    def planted(table, *args, **kwargs):  # a t5x [heads, buckets] table loaded by reshape, not transpose
+        return original(reshape(transpose(table), tuple(table.shape)), *args, **kwargs)
+    return "t5_bias", planted
+
+
+def _bloom_alibi_everywhere(module):
+    original = module.alibi_bias
+
+    def planted(num_heads, q_positions, k_positions, *, form="symmetric", **kwargs):
+        return original(num_heads, q_positions, k_positions, form="bloom", **kwargs)  # m*j without a mask
+    return "alibi_bias", planted
+
+
+def _yarn_truncate_flipped(module):
+    original = module.apply_rope
+
+    def planted(x, positions, *, scaling=None, **kwargs):  # keras-hub/gpt-oss truncate=False vs HF's True
+        if scaling and scaling.get("rope_type", scaling.get("type")) == "yarn":
+            scaling = {**scaling, "truncate": not scaling.get("truncate", True)}
+        return original(x, positions, scaling=scaling, **kwargs)
+    return "apply_rope", planted
+
+
 PLANTS = {
     "swapped sinusoid layout": (_swap_layout, "sinusoidal"),
     "tensor2tensor vs paper denominator": (_t2t_denominator, "sinusoidal"),
     "sin/cos order": (_sin_cos_order, "sinusoidal"),
     "fairseq/roberta offset": (_fairseq_offset, "learned"),
     "bf16 positions": (_bf16_positions, "sinusoidal"),
+    "swapped RoPE layout": (_swap_rope_layout, "hf-llama"),
+    "transposed T5 table": (_t5_table_transposed, "t5"),
+    "BLOOM ALiBi without a causal mask": (_bloom_alibi_everywhere, "alibi"),
+    "YaRN truncate": (_yarn_truncate_flipped, "rope"),
 }
 
 
@@ -137,8 +188,8 @@ def test_planted_mismatch_turns_the_run_red(plant, backend_name, monkeypatch, ca
     make, family = PLANTS[plant]
     name, planted = make(adapter.module)
     monkeypatch.setattr(adapter.module, name, planted)
-    code = main(["check", "--encoding", family, "--backend", backend_name, *FAST])
+    code = main(["check", "--encoding", family, "--backend", backend_name, "--dtype", "float32", *FAST, "--jobs", "1"])
     out = capsys.readouterr().out
     assert code == 1, out
     failures = out.split("PASSED")[0]
-    assert f"{family}" in failures and backend_name in failures
+    assert family in failures and backend_name in failures

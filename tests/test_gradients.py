@@ -1,6 +1,7 @@
 """Gradients with respect to the trainable tables (T5 bias, Shaw relative embeddings, learned absolute):
-each backend's autodiff against central finite differences of the float64 spec, and the backends against
-each other. A gather's gradient is a scatter-add; a random cotangent g checks it: d/dT sum(out * g)."""
+the spec's finite differences are the scatter-add, and the backends agree with each other. Each backend
+against the spec, eager and jitted, is the suite's `grad` cases (posenc_np/suite/cases_grad.py), run by
+tests/test_conformance.py. A gather's gradient is a scatter-add; a random cotangent g checks it: d/dT sum(out * g)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 import posenc_np as pn
 from posenc_np.suite.backends import adapter
+from posenc_np.suite.gradients import table_gradient
 from posenc_np.testing import compare, tolerance
 
 Q_POS, K_POS = np.arange(20, 26), np.arange(0, 40, 3)  # distances from -25 to 19: exact and log buckets
@@ -34,47 +36,12 @@ def _inputs(name):
 
 
 def _finite_difference(fn, table, cotangent):
-    """Central differences of f(T) = sum(spec(T) * g), float64, one table element at a time."""
-    table = table.astype(np.float64)
-    grad = np.zeros_like(table)
-    step = 1.0  # f is linear in T: any step is exact up to float64 rounding
-    for index in np.ndindex(table.shape):
-        plus, minus = table.copy(), table.copy()
-        plus[index] += step
-        minus[index] -= step
-        grad[index] = np.sum((fn(pn, plus) - fn(pn, minus)) * cotangent) / (2 * step)
-    return grad
+    return table_gradient(pn, lambda m, t: fn(m, t), table.astype(np.float64), cotangent=cotangent.astype(np.float64))
 
 
-def _backend_grad(backend_name, fn, table, cotangent, mode):
-    if backend_name == "torch":
-        import torch
-
-        if mode == "jit":
-            pytest.skip("torch.compile budget: autograd through the gather is checked eagerly")
-        weights = torch.from_numpy(table).requires_grad_(True)
-        (fn(adapter("torch").module, weights) * torch.from_numpy(cotangent)).sum().backward()
-        return weights.grad.numpy()
-    if backend_name == "tf":
-        import tensorflow as tf
-
-        module = adapter("tf").module
-
-        def grad(t, g):
-            with tf.GradientTape() as tape:
-                tape.watch(t)
-                loss = tf.reduce_sum(fn(module, t) * g)
-            return tf.convert_to_tensor(tape.gradient(loss, t))  # IndexedSlices -> dense
-
-        grad = tf.function(grad, jit_compile=True) if mode == "jit" else grad
-        return grad(tf.constant(table), tf.constant(cotangent)).numpy()
-    import jax
-    import jax.numpy as jnp
-
-    module = adapter("jax").module
-    grad = jax.grad(lambda t, g: jnp.sum(fn(module, t) * g))
-    grad = jax.jit(grad) if mode == "jit" else grad
-    return np.asarray(grad(jnp.asarray(table), jnp.asarray(cotangent)))
+def _backend_grad(backend_name, fn, table, cotangent, mode="eager"):
+    return adapter(backend_name).call(lambda m, t, g: table_gradient(m, lambda m_, t_: fn(m_, t_), t, cotangent=g),
+                                      (table, cotangent), {}, mode=mode)
 
 
 def _tol(cotangent, dtype="float32"):
@@ -93,15 +60,6 @@ def test_spec_finite_difference_is_scatter_add(name):
     fd = _finite_difference(fn, table, cotangent)
     result = compare(fd, scatter.reshape(table.shape), tolerance("float64", scale=np.abs(cotangent).sum()))
     assert result.passed, result
-
-
-@pytest.mark.parametrize("name", list(ENCODINGS))
-def test_backend_gradient_matches_finite_difference(backend, mode, name):
-    table, cotangent, fn = _inputs(name)
-    actual = _backend_grad(backend.name, fn, table, cotangent, mode)
-    desired = _finite_difference(fn, table, cotangent)
-    result = compare(actual, desired, _tol(cotangent))
-    assert result.passed, f"{result.max_abs_err:.3g} > {result.atol:.3g} at {result.worst_index}"
 
 
 @pytest.mark.parametrize("name", list(ENCODINGS))
