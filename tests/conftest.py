@@ -53,12 +53,27 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     backends = selected_backends(metafunc.config)
-    if "backend" in metafunc.fixturenames:
+    taken = {name.strip() for marker in metafunc.definition.iter_markers("parametrize")
+             for name in (marker.args[0].split(",") if isinstance(marker.args[0], str) else marker.args[0])}
+    if "backend" in metafunc.fixturenames and "backend" not in taken:
         metafunc.parametrize("backend", [adapter(b) for b in backends], ids=backends)
-    if "dtype" in metafunc.fixturenames:
+    if "dtype" in metafunc.fixturenames and "dtype" not in taken:
         metafunc.parametrize("dtype", DTYPES)
-    if "mode" in metafunc.fixturenames:
+    if "mode" in metafunc.fixturenames and "mode" not in taken:
         metafunc.parametrize("mode", MODES)
+
+
+@pytest.fixture(scope="module")
+def aot_eager():
+    """torch.compile with aot_eager in this module: the same fullgraph capture as Inductor without its
+    C++ code generation (~2-20 s per graph on CI's CPUs); tests/test_compile.py covers Inductor."""
+    old = os.environ.get("POSENC_TORCH_COMPILE_BACKEND")
+    os.environ["POSENC_TORCH_COMPILE_BACKEND"] = "aot_eager"
+    yield
+    if old is None:
+        os.environ.pop("POSENC_TORCH_COMPILE_BACKEND")
+    else:
+        os.environ["POSENC_TORCH_COMPILE_BACKEND"] = old
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ family.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -20,21 +18,18 @@ from posenc_np.suite.runner import run
 CASES = all_cases()
 
 
+COMBOS = [pytest.param(case, dtype, mode, id=f"{case.id}-{dtype}-{mode}")
+          for case in CASES for dtype in ("float32", "bfloat16", "float16") if dtype in case.dtypes
+          for mode in ("eager", "jit") if mode in case.modes]
+
+
 @pytest.fixture(autouse=True, scope="module")
-def _aot_eager():
-    old = os.environ.get("POSENC_TORCH_COMPILE_BACKEND")
-    os.environ["POSENC_TORCH_COMPILE_BACKEND"] = "aot_eager"
+def _aot_eager(aot_eager):
     yield
-    if old is None:
-        os.environ.pop("POSENC_TORCH_COMPILE_BACKEND")
-    else:
-        os.environ["POSENC_TORCH_COMPILE_BACKEND"] = old
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case, dtype, mode", COMBOS)
 def test_case(case, backend, dtype, mode, jit_cache):
-    if dtype not in case.dtypes or mode not in case.modes:
-        pytest.skip(f"{case.id} is not defined for {dtype}/{mode}")
     (record,) = run([case], backends=[backend.name], dtypes=[dtype], modes=[mode], seed=0, require=[backend.name],
                     jit_cache=jit_cache)
     assert record.status == "pass", (
