@@ -14,44 +14,74 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
-from ._common import as_tensor, resolve_dtype, spec_constant
+from ._common import as_tensor, resolve_dtype
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
 
 
 def _freeze(value):
+    """A hashable, reversible form of a scaling dict (a static argument under torch.compile)."""
     if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+        return ("dict", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
     if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
+        return ("list", tuple(_freeze(v) for v in value))
     return value
 
 
+def _thaw(value):
+    if isinstance(value, tuple) and value and value[0] == "dict":
+        return {k: _thaw(v) for k, v in value[1]}
+    if isinstance(value, tuple) and value and value[0] == "list":
+        return [_thaw(v) for v in value[1]]
+    return value
+
+
+_SPEC_ARRAYS: dict = {}
+
+
+@torch.compiler.assume_constant_result
+def _spec_array(rotary_dim, base, frozen_scaling, layout, what):
+    """One array of the spec's `RopePlan` as a tuple of Python floats, computed (and validated) once.
+
+    `assume_constant_result`: Dynamo runs this in Python at trace time and treats the tuple as a
+    constant, so the spec's NumPy validation never becomes graph code (a tensor result would become a
+    graph input, which Dynamo allows only once per function and graph).
+    """
+    key = (rotary_dim, base, frozen_scaling, layout, what)
+    if key not in _SPEC_ARRAYS:
+        plan = rope_plan(rotary_dim, base=base, scaling=_thaw(frozen_scaling), layout=layout)
+        _SPEC_ARRAYS[key] = tuple(np.atleast_1d(np.asarray(getattr(plan, what), dtype=np.float64)).tolist())
+    return _SPEC_ARRAYS[key]
+
+
 class _Plan:
-    """The spec's `RopePlan` as float64 tensors on one device (fetched once per parameters/device)."""
+    """The spec's `RopePlan` as float64 tensors on one device."""
 
     def __init__(self, rotary_dim, base, scaling, layout, device):
-        key = ("rope", rotary_dim, float(base), _freeze(scaling), layout)
-        make = lambda: rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)  # noqa: E731
-        const = lambda what, fn: spec_constant(key + (what,), lambda: fn(make()), dtype=torch.float64,  # noqa: E731
-                                               device=device)
-        self.turns = const("turns", lambda p: p.turns)
-        self.scale = const("scale", lambda p: p.attention_scale)
+        frozen = _freeze(scaling)
+
+        def const(what):
+            return torch.tensor(_spec_array(rotary_dim, float(base), frozen, layout, what), dtype=torch.float64,
+                                device=device)
+
+        self.turns = const("turns")
+        self.scale = const("attention_scale")
         # `kind` decides the graph, so it is read from the (static) dict, after the spec validated it.
         name = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
         self.kind = name if name in ("dynamic", "longrope") else "static"
         self.original = scaling["original_max_position_embeddings"] if self.kind != "static" else None
         if self.kind == "longrope":
-            self.turns_long = const("turns_long", lambda p: p.turns_long)
+            self.turns_long = const("turns_long")
         if self.kind == "dynamic":
             self.factor = float(scaling["factor"])
-            self.exponent = const("exponent", lambda p: p.dynamic_exponent)
+            self.exponent = const("dynamic_exponent")
 
 
 def _check_positions(positions):

@@ -79,12 +79,12 @@ class Reader:
         return self._get(name)
 
 
-def open_reader(path) -> Reader:
+def open_reader(path, fmt=None) -> Reader:
     """Open SOURCE for reading; one UsageError (exit 2) for a missing, unreadable or unsafe file."""
     path = str(path)
     if not os.path.isfile(path):
         raise UsageError(f"{path!r} does not exist or is not a file")
-    fmt = detect_format(path)
+    fmt = fmt or detect_format(path)
     try:
         return _READERS[fmt](path)
     except UsageError:
@@ -96,23 +96,24 @@ def open_reader(path) -> Reader:
 def _read_safetensors(path):
     from safetensors import safe_open
 
+    with safe_open(path, framework="np"):  # validates the header and the data offsets
+        pass
     with open(path, "rb") as handle:
         (size,) = struct.unpack("<Q", handle.read(8))
-        if size > os.path.getsize(path):
-            raise UsageError(f"{path!r} is not a safetensors file (header size {size} exceeds the file)")
         header = json.loads(handle.read(size))
     metadata = header.pop("__metadata__", None) or {}
     start = 8 + size
-    handle = safe_open(path, framework="np")  # validates the header; memory-maps the data
     shapes = {k: tuple(v["shape"]) for k, v in header.items()}
     dtypes = {k: _ST_CODES.get(v["dtype"], v["dtype"]) for k, v in header.items()}
 
     def get(name):
-        if dtypes[name] == "bfloat16":  # safe_open(framework="np") has no bfloat16: map the bytes ourselves
-            begin, end = header[name]["data_offsets"]
-            raw = np.memmap(path, dtype=np.uint16, mode="r", offset=start + begin, shape=((end - begin) // 2,))
-            return np.array(raw).view(_np_dtype("bfloat16")).reshape(shapes[name])
-        return handle.get_tensor(name)
+        # one memory map per tensor, released with the array: a map of the whole file would keep every
+        # page read so far resident, and peak RSS would grow to the checkpoint's size
+        begin, end = header[name]["data_offsets"]
+        dtype = _np_dtype(dtypes[name])
+        if end == begin:
+            return np.zeros(shapes[name], dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=start + begin, shape=shapes[name])
 
     return Reader(path, shapes, dtypes, get, metadata)
 
@@ -126,7 +127,9 @@ def _read_npz(path):
                 continue
             with zf.open(info) as member:
                 version = np.lib.format.read_magic(member)
-                shape, _, dtype = np.lib.format._read_array_header(member, version)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read(member)
             name = info.filename[:-4]
             if dtype.kind == "V":
                 raise UsageError(f"{path!r}: array {name!r} has an untyped dtype {dtype} (NumPy stores bfloat16 "
@@ -141,16 +144,17 @@ def _read_pt(path):
     import torch
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as error:
+            if "mmap" not in str(error):
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) files cannot mmap
     except pickle.UnpicklingError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise UsageError(f"{path!r} needs unpickling of arbitrary Python objects, which posenc refuses "
                          f"(torch.load weights_only=True said: {first}); re-save it as a plain state dict "
                          "of tensors or as safetensors") from None
-    except RuntimeError as error:
-        if "mmap" not in str(error):
-            raise
-        state = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) files cannot mmap
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in state.items()):
         raise UsageError(f"{path!r} is not a flat state dict of tensors (got {type(state).__name__}); "
@@ -176,10 +180,15 @@ def _read_h5(path):
 
     def visit(name, obj):
         if isinstance(obj, h5py.Dataset):
-            shapes[name], dtypes[name] = tuple(obj.shape), _dtype_name(obj.dtype)
+            bf16 = obj.attrs.get("dtype") == "bfloat16"  # Keras 3's marker for its opaque 2-byte datasets
+            shapes[name], dtypes[name] = tuple(obj.shape), "bfloat16" if bf16 else _dtype_name(obj.dtype)
+
+    def get(name):
+        value = handle[name][()]
+        return value.view(_np_dtype("bfloat16")) if dtypes[name] == "bfloat16" else value
 
     handle.visititems(visit)
-    return Reader(path, shapes, dtypes, lambda name: handle[name][()])
+    return Reader(path, shapes, dtypes, get)
 
 
 def _read_msgpack(path):
@@ -216,13 +225,18 @@ class atomic_target:
         directory = os.path.dirname(os.path.abspath(target))
         if not os.path.isdir(directory):
             raise UsageError(f"cannot write {str(target)!r}: directory {directory!r} does not exist")
-        fd, self.tmp = tempfile.mkstemp(dir=directory, prefix=".posenc-port-", suffix=".tmp")
+        # keep the suffix: Keras' load_weights (used by the verification) insists on `.weights.h5`
+        suffix = next((s for s, _ in _SUFFIXES if str(target).lower().endswith(s)), "")
+        fd, self.tmp = tempfile.mkstemp(dir=directory, prefix=".posenc-port-", suffix=".tmp" + suffix)
         os.close(fd)
 
     def __enter__(self):
         return self
 
     def commit(self, path):
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the temporary file only
         os.replace(self.tmp, path)
         self.tmp = None
 
@@ -253,7 +267,9 @@ def _write_safetensors(path, entries, metadata):
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
         for name, shape, dtype, thunk in entries:
-            f.write(_checked(name, shape, dtype, thunk()).tobytes(order="C"))
+            array = _checked(name, shape, dtype, thunk())
+            if array.size:
+                f.write(memoryview(array.reshape(-1).view(np.uint8)))  # no copy of a contiguous array
 
 
 def _checked(name, shape, dtype, array):
@@ -292,7 +308,9 @@ def _write_h5(path, entries, metadata):
 
     with h5py.File(path, "w") as f:
         for name, shape, dtype, thunk in entries:
-            f.create_dataset(name, data=_checked(name, shape, dtype, thunk()))
+            dataset = f.create_dataset(name, data=_checked(name, shape, dtype, thunk()))
+            if dtype == "bfloat16":  # as Keras 3 H5IOStore writes bfloat16 variables
+                dataset.attrs["dtype"] = "bfloat16"
         for group, attrs in metadata.get("h5_attrs", {}).items():
             node = f.require_group(group)
             for key, value in attrs.items():

@@ -133,6 +133,8 @@ class Rules:
     rope_to: str | None = None
     rotary_dim: int | None = None
     require: list = field(default_factory=list)     # source names a preset cannot do without
+    tags: list = field(default_factory=list)        # (glob, dict) merged into matching entries' tags
+    target_name: object = None                      # callable applied to every renamed target name
 
 
 def _matches(globs, name):
@@ -168,23 +170,38 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
         if splits:
             glob, templates, rows, roles = splits[0]
             groups = glob_regex(glob).match(name).groups()
-            if not shape or sum(rows) != shape[0]:
+            if rows is None and shape and rules.heads:  # q: heads, k and v: kv heads, of one head dim
+                units = rules.heads + 2 * (rules.kv_heads or rules.heads)
+                hd = shape[0] // units
+                rows = [rules.heads * hd, (rules.kv_heads or rules.heads) * hd, (rules.kv_heads or rules.heads) * hd]
+            if not shape or rows is None or sum(rows) != shape[0]:
                 raise UsageError(f"--split of {name!r}: parts of {rows} rows do not add up to its shape {shape}")
             start = 0
             for template, count, role in zip(templates, rows, roles):
-                entry = Entry(_fill(template, groups), name, shape, dtype, [Op("rows", (start, start + count))],
+                entry = Entry(_fill(template, groups) if not rules.target_name else
+                              rules.target_name(_fill(template, groups)), name, shape, dtype, [Op("rows", (start, start + count))],
                               {"key": groups, "role": role})
                 start += count
                 entries.append(_convert(entry, rules, name, role))
             continue
-        target, key = name, (name,)
+        target = name
         for glob, template in rules.rename:
             match = glob_regex(glob).match(name)
             if match:
-                target, key = _fill(template, match.groups()), match.groups()
+                target = _fill(template, match.groups())
                 break
-        role = "q" if _matches(rules.rope_q, name) else "k" if _matches(rules.rope_k, name) else None
-        entries.append(_convert(Entry(target, name, shape, dtype, [], {"key": key, "role": role}), rules, name, role))
+        if rules.target_name:
+            target = rules.target_name(target)
+        role, key = None, (name,)
+        for role_name, globs in (("q", rules.rope_q), ("k", rules.rope_k)):
+            for glob in globs:
+                if match := glob_regex(glob).match(name):
+                    role, key = role_name, match.groups()  # q and k of one layer share their captures
+        tags = {"key": key, "role": role}
+        for glob, extra in rules.tags:
+            if fnmatch.fnmatchcase(name, glob):
+                tags.update(extra)
+        entries.append(_convert(Entry(target, name, shape, dtype, [], tags), rules, name, role))
     seen = {}
     for entry in entries:
         if entry.target in seen:
@@ -194,7 +211,7 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
 
 
 def _check_rope_options(rules):
-    if not (rules.rope_q or rules.rope_k or any(r in ("q", "k") for s in rules.split for r in s[3])):
+    if not (rules.rope_q or rules.rope_k or (rules.split and (rules.rope_from or rules.rope_to))):
         return
     if rules.rope_from not in ROPE_LAYOUTS or rules.rope_to not in ROPE_LAYOUTS:
         raise UsageError(f"--rope-q/--rope-k need --rope-from and --rope-to, each one of {', '.join(ROPE_LAYOUTS)} "
@@ -226,7 +243,7 @@ def _convert(entry, rules, name, role):
     if _matches(rules.reverse, name):
         entry.ops.append(Op("reverse"))
         entry.tags["reversed"] = True
-    if role in ("q", "k"):
+    if role in ("q", "k") and rules.rope_from:
         heads = rules.heads if role == "q" else (rules.kv_heads or rules.heads)
         rows = entry.shape[0]
         if rows % heads or (rows // heads) % 2:

@@ -55,7 +55,7 @@ class Config:
     heads: int = 4
     d_ff: int = 512
     batch: int = 16
-    steps: int = 800
+    steps: int = 500
     lr: float = 2e-3
     warmup: int = 40
     eval_tokens: int = 32768
@@ -67,7 +67,7 @@ class Config:
 
 
 DEFAULT = Config()
-QUICK = Config(train_len=32, d_model=32, layers=2, heads=2, d_ff=64, batch=16, steps=60, lr=4e-3, warmup=5,
+QUICK = Config(train_len=32, d_model=32, layers=2, heads=2, d_ff=64, batch=16, steps=150, lr=4e-3, warmup=5,
                eval_tokens=2048)
 
 
@@ -151,7 +151,7 @@ class PeakMemory:
     """
 
     def __init__(self, device: str):
-        self.device, self.method = device, None
+        self.device, self.method, self.start_mib = device, None, None
 
     def __enter__(self):
         import torch
@@ -163,7 +163,7 @@ class PeakMemory:
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
-            self._hwm()
+            self.start_mib = self._status("VmRSS:") / 1024
             self.method = "peak RSS (VmHWM, reset per run)"
         except OSError:
             self.method = "ru_maxrss (process peak so far)"
@@ -175,19 +175,27 @@ class PeakMemory:
         if self.method.startswith("torch.cuda"):
             self.mib = torch.cuda.max_memory_allocated(self.device) / 2**20
         elif self.method.startswith("peak RSS"):
-            self.mib = self._hwm() / 1024
+            self.mib = self._status("VmHWM:") / 1024
         else:
             scale = 1 if sys.platform == "darwin" else 1024  # macOS reports bytes, Linux KiB
             self.mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
         return False
 
     @staticmethod
-    def _hwm() -> int:
+    def _status(key) -> int:
+        """A `/proc/self/status` field in KiB."""
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(key):
                     return int(line.split()[1])
-        raise OSError("no VmHWM")
+        raise OSError(f"no {key} in /proc/self/status")
+
+    @property
+    def growth_mib(self):
+        """Peak minus the resident size when training started (None where unknown)."""
+        if self.method.startswith("torch.cuda"):
+            return self.mib
+        return None if self.start_mib is None else self.mib - self.start_mib
 
 
 class Progress:
@@ -257,7 +265,7 @@ def train(model, train_tokens: np.ndarray, cfg: Config, *, device: str, label: s
         for group in opt.param_groups:
             group["lr"] = _learning_rate(step, cfg)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         bar.update(step + 1, losses[-1])
     return losses, time.perf_counter() - started
 
@@ -338,7 +346,8 @@ def run_experiment(cfg: Config, corpus, *, encodings=VARIANTS, device="cpu", pro
             _save_weights(model, encoding, save_weights)
         head = max(1, min(10, cfg.steps // 10))
         for row in _evaluate_variants(model, encoding, groups[encoding], corpus, cfg, device):
-            row.update(params=params, tokens_per_s=tokens_per_s, peak_mem_mib=memory.mib, train_seconds=seconds,
+            row.update(params=params, tokens_per_s=tokens_per_s, peak_mem_mib=memory.mib,
+                       peak_growth_mib=memory.growth_mib, train_seconds=seconds,
                        loss_first=float(np.mean(losses[:head])), loss_last=float(np.mean(losses[-head:])),
                        losses=losses)
             rows.append(row)
@@ -373,18 +382,20 @@ def _save_weights(model, encoding, directory):
 
 def _columns(report):
     lengths = report["eval_lengths"]
-    head = ["encoding"] + [f"ppl@{n}" for n in lengths] + ["train tok/s", "peak MiB", "params"]
+    head = ["encoding"] + [f"ppl@{n}" for n in lengths] + ["train tok/s", "peak MiB", "+MiB", "params"]
     body = []
     for row in report["rows"]:
         ppl = row["ppl"]
         body.append([row["encoding"]] + [f"{ppl[n] if n in ppl else ppl[str(n)]:.3f}" for n in lengths]
-                    + [f"{row['tokens_per_s']:,.0f}", f"{row['peak_mem_mib']:,.0f}", f"{row['params']:,}"])
+                    + [f"{row['tokens_per_s']:,.0f}", f"{row['peak_mem_mib']:,.0f}",
+                       "-" if row["peak_growth_mib"] is None else f"{row['peak_growth_mib']:,.0f}", f"{row['params']:,}"])
     return head, body
 
 
 def _notes(report):
     notes = [f"- {r['encoding']}: {r['note']}" for r in report["rows"] if r["note"]]
-    return notes + [f"- peak memory: {report['memory_method']}; rope-pi/ntk/yarn share the rope model's training "
+    return notes + [f"- peak memory: {report['memory_method']}; +MiB: the peak minus the resident size when "
+                    f"training started; rope-pi/ntk/yarn share the rope model's training "
                     f"(same speed, memory, parameters)"]
 
 
