@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from posenc_np._dtypes import dtype_name
@@ -27,14 +28,30 @@ _CONSTANTS: dict = {}
 def spec_constant(key, make, *, dtype=torch.float32, device=None) -> torch.Tensor:
     """A parameter-only array computed once by the spec (`make()` returns NumPy), cached per dtype/device.
 
-    `make` must close over Python values only (no tensors). Under torch.compile a cached constant is
-    read from the dict as a constant; an uncached one is traced (Dynamo turns the spec's float64 NumPy
-    code into float64 tensor ops) and not stored, since a traced value must not outlive its graph.
+    `make` must close over Python values only (no tensors). Eagerly the tensor is cached. Under
+    torch.compile the spec must not be traced (Dynamo would turn its NumPy validation into graph
+    code): `_spec_values` runs it at trace time and hands Dynamo a constant tuple.
     """
+    if torch.compiler.is_compiling():
+        values, shape = _spec_values(key, make)
+        return torch.tensor(values, dtype=dtype, device=device).reshape(shape)
     full_key = (key, dtype, str(device))
     value = _CONSTANTS.get(full_key)
     if value is None:
-        value = torch.as_tensor(make(), dtype=dtype, device=device)
-        if not torch.compiler.is_compiling():
-            _CONSTANTS[full_key] = value
+        values, shape = _spec_values(key, make)
+        value = torch.tensor(values, dtype=dtype, device=device).reshape(shape)
+        _CONSTANTS[full_key] = value
     return value
+
+
+_VALUES: dict = {}
+
+
+@torch.compiler.assume_constant_result
+def _spec_values(key, make):
+    """`make()` as (flat tuple of Python numbers, shape); a tuple, not a tensor, so Dynamo can bake it in
+    as a constant any number of times in one graph."""
+    if key not in _VALUES:
+        array = np.asarray(make())
+        _VALUES[key] = (tuple(array.ravel().tolist()), tuple(array.shape))
+    return _VALUES[key]

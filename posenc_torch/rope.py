@@ -20,7 +20,7 @@ import torch
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
-from ._common import as_tensor, resolve_dtype
+from ._common import as_tensor, resolve_dtype, spec_constant
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
@@ -43,24 +43,6 @@ def _thaw(value):
     return value
 
 
-_SPEC_ARRAYS: dict = {}
-
-
-@torch.compiler.assume_constant_result
-def _spec_array(rotary_dim, base, frozen_scaling, layout, what):
-    """One array of the spec's `RopePlan` as a tuple of Python floats, computed (and validated) once.
-
-    `assume_constant_result`: Dynamo runs this in Python at trace time and treats the tuple as a
-    constant, so the spec's NumPy validation never becomes graph code (a tensor result would become a
-    graph input, which Dynamo allows only once per function and graph).
-    """
-    key = (rotary_dim, base, frozen_scaling, layout, what)
-    if key not in _SPEC_ARRAYS:
-        plan = rope_plan(rotary_dim, base=base, scaling=_thaw(frozen_scaling), layout=layout)
-        _SPEC_ARRAYS[key] = tuple(np.atleast_1d(np.asarray(getattr(plan, what), dtype=np.float64)).tolist())
-    return _SPEC_ARRAYS[key]
-
-
 class _Plan:
     """The spec's `RopePlan` as float64 tensors on one device."""
 
@@ -68,8 +50,10 @@ class _Plan:
         frozen = _freeze(scaling)
 
         def const(what):
-            return torch.tensor(_spec_array(rotary_dim, float(base), frozen, layout, what), dtype=torch.float64,
-                                device=device)
+            return spec_constant(("rope", rotary_dim, float(base), frozen, layout, what),
+                                 lambda: np.atleast_1d(getattr(rope_plan(rotary_dim, base=base, scaling=_thaw(frozen),
+                                                                         layout=layout), what)),
+                                 dtype=torch.float64, device=device)
 
         self.turns = const("turns")
         self.scale = const("attention_scale")
