@@ -28,20 +28,13 @@ from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin a
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config, split_float32
 
 from ._common import resolve_dtype
+from posenc_np._freeze import freeze as _freeze
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
 
 _TWO_PI_HI = np.float32(2 * math.pi)
 _TWO_PI_LO = np.float32(2 * math.pi - float(_TWO_PI_HI))
-
-
-def _freeze(value):
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
 
 
 _TABLES: dict = {}

@@ -20,19 +20,12 @@ from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin a
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
 from ._common import as_tensor, register_serializable, resolve_dtype, spec_constant
+from posenc_np._freeze import freeze as _freeze
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
 
 _PLANS: dict = {}
-
-
-def _freeze(value):
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
 
 
 def _plan(rotary_dim, base, scaling, layout):

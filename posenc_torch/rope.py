@@ -21,26 +21,10 @@ from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin a
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
 from ._common import as_tensor, resolve_dtype, spec_constant
+from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
-
-
-def _freeze(value):
-    """A hashable, reversible form of a scaling dict (a static argument under torch.compile)."""
-    if isinstance(value, dict):
-        return ("dict", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple)):
-        return ("list", tuple(_freeze(v) for v in value))
-    return value
-
-
-def _thaw(value):
-    if isinstance(value, tuple) and value and value[0] == "dict":
-        return {k: _thaw(v) for k, v in value[1]}
-    if isinstance(value, tuple) and value and value[0] == "list":
-        return [_thaw(v) for v in value[1]]
-    return value
 
 
 class _Plan:

@@ -7,7 +7,6 @@ tests/test_conformance.py (the registered cases of posenc_np/suite/cases_rope.py
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -25,15 +24,8 @@ LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0], "long
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _aot_eager():
-    """Same fullgraph capture as Inductor, without its C++ code generation (see test_conformance.py)."""
-    old = os.environ.get("POSENC_TORCH_COMPILE_BACKEND")
-    os.environ["POSENC_TORCH_COMPILE_BACKEND"] = "aot_eager"
+def _aot_eager(aot_eager):
     yield
-    if old is None:
-        os.environ.pop("POSENC_TORCH_COMPILE_BACKEND")
-    else:
-        os.environ["POSENC_TORCH_COMPILE_BACKEND"] = old
 
 
 def _half(table, rotary_dim):

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from .._dtypes import dtype_name, numpy_dtype
+from .._freeze import freeze as _freeze
 
 __all__ = ["Adapter", "ADAPTERS", "adapter", "BACKENDS", "MODES", "BackendUnavailable"]
 
@@ -94,14 +95,6 @@ class Adapter:
                     cache[full_key] = compiled
             out = compiled(*arrays)
         return _map(self.to_numpy, out)
-
-def _freeze(value):
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
-
 
 def _map(fn, out):
     if isinstance(out, (tuple, list)):
