@@ -1,9 +1,10 @@
 """Peak memory of `posenc port` on a generated ~1 GB checkpoint: it streams tensor by tensor.
 
 Claim (docs/port.md): peak RSS <= framework baseline + 2 x the largest tensor. Each port runs in a
-fresh subprocess and reports `resource.getrusage(RUSAGE_SELF).ru_maxrss`; the baseline is the same
-subprocess that imports everything and opens the source without reading a tensor. Checkpoints are
-written under /tmp (or --dir) and deleted afterwards.
+fresh subprocess (started through /bin/sh so it does not inherit this process's peak) and reports
+`resource.getrusage(RUSAGE_SELF).ru_maxrss`; the baseline is the same subprocess that imports
+everything and opens the source without reading a tensor. Checkpoints are written under /tmp (or
+--dir) and deleted afterwards.
 
 Configurations:
   llama   Meta-layout LLaMA-style checkpoint (dim 2048, 16 heads, 4 kv heads, vocab 32000, 3 layers,
@@ -78,8 +79,12 @@ def llama_shapes(dim=2048, heads=16, kv_heads=4, vocab=32000, layers=3, ffn=5632
 
 
 def _child(argv):
-    out = subprocess.run([sys.executable, "-c", _CHILD.format(root=ROOT), json.dumps(argv)], capture_output=True,
-                         text=True, check=False)
+    # Linux carries ru_maxrss over fork + exec (the forked copy of the parent counts), so a child started
+    # from a large process (pytest with three frameworks loaded) would report the parent's size. A shell
+    # in between forks the measured process from a small one; `; exit $?` stops it from exec'ing directly.
+    command = [sys.executable, "-c", _CHILD.format(root=ROOT), json.dumps(argv)]
+    out = subprocess.run(["/bin/sh", "-c", '"$@"; exit $?', "sh", *command], capture_output=True, text=True,
+                         check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
         raise SystemExit(f"child failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")

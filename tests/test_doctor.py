@@ -47,6 +47,8 @@ def _pairs():
         "rope rows back": (w, permute_qk_rows(w, 2, source="half", target="interleaved"), "rope-rows"),
         "linear scaling": (rope, rope_cos_sin(P, DIM, scaling={"rope_type": "linear", "factor": 4.0})[0], "scaling"),
         "base": (rope, rope_cos_sin(P, DIM, base=500000.0)[0], "base"),
+        "float32 scaling": (rope.astype(np.float32), rope_cos_sin(P, DIM, dtype="float32", scaling={
+            "rope_type": "linear", "factor": 2.0})[0], "scaling"),
     }
 
 

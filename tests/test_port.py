@@ -38,7 +38,8 @@ def meta_state(rng, dtype=np.float32):
                        f"layers.{i}.attention.wk.weight": (KV_HEADS * HEAD_DIM, DIM),
                        f"layers.{i}.attention.wv.weight": (KV_HEADS * HEAD_DIM, DIM),
                        f"layers.{i}.attention.wo.weight": (DIM, HEADS * HEAD_DIM),
-                       f"layers.{i}.feed_forward.w1.weight": (FFN, DIM), f"layers.{i}.feed_forward.w3.weight": (FFN, DIM),
+                       f"layers.{i}.feed_forward.w1.weight": (FFN, DIM),
+                       f"layers.{i}.feed_forward.w3.weight": (FFN, DIM),
                        f"layers.{i}.feed_forward.w2.weight": (DIM, FFN), f"layers.{i}.attention_norm.weight": (DIM,),
                        f"layers.{i}.ffn_norm.weight": (DIM,)})
     state = {k: (rng.standard_normal(s) * (0.2 if len(s) == 2 else 1.0)).astype(dtype) for k, s in shapes.items()}
@@ -234,6 +235,12 @@ def test_learned_offset_resize_and_relative_reversal(tmp_path):
     np.testing.assert_array_equal(a["distance_embedding.weight"], distance[::-1])
     kinds = {c["kind"] for c in json.loads((tmp_path / "a.json").read_text())["checks"]}
     assert {"table", "relative"} <= kinds
+    # to a Keras file: the relative embeddings are recomputed by posenc_tf on the written table too
+    assert run("port", tmp_path / "src.npz", tmp_path / "rel.weights.h5", "--drop", "*pos*", "--drop", "other*",
+               "--rename", "distance_embedding.weight=layers/relative/vars/0", "--reverse", "distance_embedding.weight",
+               "--json", tmp_path / "rel.json") == 0
+    relative = [c for c in json.loads((tmp_path / "rel.json").read_text())["checks"] if c["kind"] == "relative"]
+    assert [c["name"].split("(")[-1] for c in relative] == ["spec)", "tf)"] and all(c["passed"] for c in relative)
     # back to the offset convention (zero rows in front), and a resize to a longer context
     assert run("port", tmp_path / "a.npz", tmp_path / "b.safetensors", "--add-offset", "pos.weight=2") == 0
     b = open_reader(tmp_path / "b.safetensors").get("pos.weight")
@@ -245,8 +252,30 @@ def test_learned_offset_resize_and_relative_reversal(tmp_path):
                                   resize_table(roberta[2:], 1024, method="cubic"))
 
 
+def test_rope_settings_from_hf_config_reach_verification_and_sidecar(tmp_path):
+    """Llama-3 scaling from a config.json: the logits check rotates with it; the sidecar carries it."""
+    rng = np.random.default_rng(6)
+    save_safetensors(tmp_path / "src.safetensors", {"attn.q.weight": rng.standard_normal((64, 32)).astype(np.float32),
+                                                    "attn.k.weight": rng.standard_normal((32, 32)).astype(np.float32)})
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 1024}
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 32, "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 50000.0,
+                                                      "max_position_embeddings": 8192, "rope_scaling": scaling}))
+    assert run("port", tmp_path / "src.safetensors", tmp_path / "dst.safetensors", "--rope-q", "attn.q.weight",
+               "--rope-k", "attn.k.weight", "--heads", 4, "--kv-heads", 2, "--rope-from", "half",
+               "--rope-to", "interleaved", "--hf-config", tmp_path / "config.json", "--json", tmp_path / "r.json") == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rope"]["scaling"]["factor"] == 8.0 and report["rope"]["base"] == 50000.0
+    assert [c["passed"] for c in report["checks"] if c["kind"] == "rope-logits"] == [True]
+    rope = json.loads((tmp_path / "dst.safetensors.rope.json").read_text())["rope"]
+    assert rope["base"] == 50000.0 and rope["scaling"]["rope_type"] == "llama3" and rope["layout"] == "interleaved"
+    assert rope["scaling"]["original_max_position_embeddings"] == 1024 and rope["rotary_dim"] == 16
+
+
 def test_t5x_preset_and_t5_bias_option(tmp_path):
     flax_serialization = pytest.importorskip("flax.serialization")
+    pytest.importorskip("torch")
     rng = np.random.default_rng(3)
     heads, buckets, d = 4, 32, 16
 
@@ -279,8 +308,10 @@ def test_t5x_preset_and_t5_bias_option(tmp_path):
                                   enc["layers_0"]["attention"]["query"]["kernel"].T)
     assert "decoder.block.0.layer.1.EncDecAttention.o.weight" in hf and "shared.weight" in hf
     t5_checks = [c for c in json.loads((tmp_path / "r.json").read_text())["checks"] if c["kind"] == "t5-bias"]
-    assert len(t5_checks) == 2 and all(c["passed"] for c in t5_checks)
-    assert {c["note"] for c in t5_checks} == {"bidirectional=True", "bidirectional=False"}
+    assert all(c["passed"] for c in t5_checks)
+    assert {(c["name"].split(".")[0], c["name"].split("(")[-1], c["note"]) for c in t5_checks} == {
+        (stack, label, f"bidirectional={stack == 'encoder'}") for stack in ("encoder", "decoder")
+        for label in ("spec)", "torch)")}  # the safetensors target is recomputed by posenc_torch
     # the generic option: back from HF [buckets, heads] to [heads, buckets]
     assert run("port", tmp_path / "hf.safetensors", tmp_path / "back.npz", "--t5-bias",
                "*relative_attention_bias.weight", "--t5-source-layout", "buckets-heads") == 0
@@ -342,6 +373,8 @@ def _failure_cases(tmp_path, meta):
     partial.pop("layers.1.attention.wk.weight")
     save_safetensors(tmp_path / "partial.safetensors", partial)
     os.link(src, tmp_path / "hardlink.safetensors")
+    save_safetensors(tmp_path / "extra.safetensors",
+                     {**state, "layers.0.attention.lora_a.weight": state["norm.weight"]})
     return {
         "same path": (["port", src, src, "--preset", "meta-llama-to-hf"], "never overwrites"),
         "same file": (["port", src, tmp_path / "hardlink.safetensors"], "never overwrites"),
@@ -360,12 +393,29 @@ def _failure_cases(tmp_path, meta):
                       "do not add up"),
         "collision": (["port", src, tmp_path / "o.npz", "--rename", "layers.*=x"], "map to 'x'"),
         "missing directory": (["port", src, tmp_path / "no" / "o.npz"], "does not exist"),
+        "tensor unknown to preset": (["port", tmp_path / "extra.safetensors", tmp_path / "o.safetensors", "--preset",
+                                      "meta-llama-to-hf"], "layers.0.attention.lora_a.weight"),
+        "preset with options": (["port", src, tmp_path / "o.safetensors", "--preset", "meta-llama-to-hf",
+                                 "--transpose", "*"], "takes no conversion options"),
+        "preset format": (["port", src, tmp_path / "o.npz", "--preset", "hf-bert-to-flax"], "this preset writes"),
+        "wrong checkpoint for preset": (["port", src, tmp_path / "o.msgpack", "--preset", "hf-bert-to-flax"],
+                                        "lacks required"),
+        "resize without bert": (["port", src, tmp_path / "o.npz", "--resize-positions", "9"], "BERT presets"),
+        "report directory missing": (["port", src, tmp_path / "o.npz", "--json", tmp_path / "no" / "r.json"],
+                                     "its directory does not exist"),
+        "target is a directory": (["port", src, tmp_path], "is a directory"),
+        "bad rope scaling": (["port", src, tmp_path / "o.npz", "--preset", "meta-llama-to-hf", "--rope-scaling",
+                              '{"rope_type": "warp", "factor": 2}'], "RoPE settings"),
+        "bad rope layout": (["port", src, tmp_path / "o.npz", "--rope-q", "layers.*.attention.wq.weight",
+                             "--heads", "4"], "need --rope-from"),
     }
 
 
 FAILURES = ["same path", "same file", "pickle", "pickle in state", "unreadable", "missing file", "missing tensor",
             "unknown preset", "unknown format", "shape mismatch", "pattern matches nothing", "bad split", "collision",
-            "missing directory"]
+            "missing directory", "tensor unknown to preset", "preset with options", "preset format",
+            "wrong checkpoint for preset", "resize without bert", "report directory missing", "target is a directory",
+            "bad rope scaling", "bad rope layout"]
 
 
 @pytest.mark.parametrize("case", FAILURES)
@@ -382,6 +432,20 @@ def test_failures_exit_2_with_one_message_and_nothing_written(tmp_path, meta_dir
     assert (meta_dir[0] / "consolidated.safetensors").read_bytes() == source_bytes
 
 
+def test_peak_memory_stays_under_twice_the_largest_tensor(tmp_path):
+    """benchmarks/bench_port_memory.py at a small scale: 4 tensors of 32 MiB, all transposed."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                        "bench_port_memory.py")
+    spec = importlib.util.spec_from_file_location("bench_port_memory", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    row = bench.run("kernels", {f"w{i}": (2048, 4096) for i in range(4)}, ["--transpose", "*"], str(tmp_path))
+    assert row["status"] == 0 and row["peak_mib"] <= row["bound_mib"], row
+    assert not os.listdir(tmp_path)  # the generated checkpoint is deleted
+
+
 def test_posenc_cli_has_port_and_doctor(meta_dir, capsys):
     from posenc_np import cli
 
@@ -391,3 +455,8 @@ def test_posenc_cli_has_port_and_doctor(meta_dir, capsys):
     assert cli.main(["port", str(directory / "consolidated.safetensors"), str(directory / "x.safetensors"),
                      "--preset", "nope"]) == 2
     assert "unknown preset" in capsys.readouterr().err
+    hf = open_reader(directory / "hf.safetensors")
+    np.save(directory / "meta_q.npy", meta_dir[1]["layers.0.attention.wq.weight"])
+    np.save(directory / "hf_q.npy", hf.get("model.layers.0.self_attn.q_proj.weight"))
+    assert cli.main(["doctor", str(directory / "meta_q.npy"), str(directory / "hf_q.npy")]) == 0
+    assert f"head_dim {HEAD_DIM}" in capsys.readouterr().out

@@ -70,9 +70,18 @@ def _rope_settings(args, rules):
                 target=rules.rope_to)
 
 
+def _check_report_path(path):
+    """Fail before any work when --json cannot be written (the port itself would already be done)."""
+    import os
+
+    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UsageError(f"cannot write --json {path!r}: its directory does not exist")
+
+
 def cmd_port(args) -> int:
     from .core import port, report_text
 
+    _check_report_path(args.json)
     if args.rope_scaling is not None:
         try:
             args.rope_scaling = json.loads(args.rope_scaling)
@@ -80,6 +89,8 @@ def cmd_port(args) -> int:
             raise UsageError(f"--rope-scaling {args.rope_scaling!r} is not JSON: {error}") from None
     conversion_flags = [f for f in ("rename", "drop", "transpose", "split_qkv", "strip_offset", "add_offset", "resize",
                                     "reverse", "rope_q", "rope_k", "t5_bias") if getattr(args, f)]
+    if args.resize_positions is not None and args.preset not in ("hf-bert-to-flax", "hf-bert-to-keras"):
+        raise UsageError("--resize-positions belongs to the BERT presets; use --resize GLOB=LEN otherwise")
     if args.preset:
         if conversion_flags:
             raise UsageError(f"--preset {args.preset} takes no conversion options (got --"
@@ -103,21 +114,22 @@ def cmd_port(args) -> int:
     result = port(args.source, args.target, rules, seed=args.seed, **kwargs)
     print(report_text(result))
     if args.json:
-        from .core import _write_json
+        from .core import write_json
 
-        _write_json(args.json, result.as_dict())
+        write_json(args.json, result.as_dict())
     return 0 if result.verified else 1
 
 
 def cmd_doctor(args) -> int:
     from .doctor import diagnose_files
 
+    _check_report_path(args.json)
     diagnosis = diagnose_files(args.a, args.b)
     print(diagnosis.text())
     if args.json:
-        from .core import _write_json
+        from .core import write_json
 
-        _write_json(args.json, diagnosis.as_dict())
+        write_json(args.json, diagnosis.as_dict())
     return 0 if diagnosis.explained else 1
 
 

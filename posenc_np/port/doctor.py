@@ -203,33 +203,47 @@ def _sinusoid_params(a, b, tol):
 
 
 def _frequencies(x):
-    """Per-pair angular frequencies of a cos table (RoPE `rope_cos_sin`, row p = position p), or None."""
-    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] % 2:
+    """Per-pair angular frequencies of a RoPE cos table (row p = position p), with a mask of the ones
+    the table determines, or None when `x` is not such a table.
+
+    Each column is read at its best-conditioned row: the first row whose angle passes pi/2 (the last
+    row when it never does); a column whose angle stays below 0.05 rad there is too flat to measure
+    (float32 cannot tell cos(1e-4) from 1)."""
+    if x.ndim != 2 or x.shape[0] < 3 or x.shape[1] % 2:
         return None
     half = x.shape[1] // 2
     for pairs, other in ((x[:, :half], x[:, half:]), (x[:, 0::2], x[:, 1::2])):
         if np.allclose(pairs, other, atol=1e-6) and np.all(pairs[0] > 0):
-            ratio = np.clip(pairs[1] / pairs[0], -1.0, 1.0)
-            return np.arccos(ratio)
+            ratio = np.clip(pairs / pairs[0], -1.0, 1.0)
+            negative = ratio < 0
+            row = np.where(negative.any(0), negative.argmax(0), len(ratio) - 1)
+            theta = np.arccos(ratio[row, np.arange(half)])
+            return theta / row, theta > 0.05
     return None
 
 
 def _frequency_ratio(a, b):
     """Two RoPE cos tables: constant frequency ratio = linear scaling; a geometric trend = a base change."""
-    fa, fb = _frequencies(a), _frequencies(b)
-    if fa is None or fb is None or fa.shape != fb.shape or np.any(fa <= 0) or np.any(fb <= 0):
+    found_a, found_b = _frequencies(a), _frequencies(b)
+    if found_a is None or found_b is None or found_a[0].shape != found_b[0].shape:
         return None
-    ratio = fa / fb
+    (fa, ma), (fb, mb) = found_a, found_b
+    use = ma & mb
+    if use.sum() < 3:
+        return None
+    j = np.arange(len(fa))
+    ratio = fa[use] / fb[use]
     if np.allclose(ratio, ratio[0], rtol=1e-3):
         return Diagnosis(True, "scaling", f"RoPE frequencies differ by a constant factor {ratio[0]:.4g}: linear "
                                           f"scaling (position interpolation) with factor {ratio[0]:.4g} on B",
                          {"factor": float(ratio[0])})
+    # w_j = base^(-2j/r) = base^(-j/n): log w is linear in j with slope -ln(base) / n
     n = len(fa)
-    # w_j = base^(-2j/r): log w is linear in j with slope -2 ln(base) / r
-    slopes = [np.polyfit(np.arange(n), np.log(f), 1)[0] for f in (fa, fb)]
-    bases = [float(np.exp(-s * n)) for s in slopes]
-    fits = [np.allclose(np.log(f), np.log(f[0]) + s * np.arange(n), atol=1e-3) for f, s in zip((fa, fb), slopes)]
-    if all(fits):
-        return Diagnosis(True, "base", f"RoPE base differs: A ~ {bases[0]:.6g}, B ~ {bases[1]:.6g} (NTK-aware "
-                                       "scaling changes the base)", {"base_a": bases[0], "base_b": bases[1]})
+    fits = []
+    for f, m in ((fa, ma), (fb, mb)):
+        slope, intercept = np.polyfit(j[m], np.log(f[m]), 1)
+        fits.append((float(np.exp(-slope * n)), np.allclose(np.log(f[m]), intercept + slope * j[m], atol=1e-3)))
+    if all(ok for _, ok in fits):
+        return Diagnosis(True, "base", f"RoPE base differs: A ~ {fits[0][0]:.6g}, B ~ {fits[1][0]:.6g} (NTK-aware "
+                                       "scaling changes the base)", {"base_a": fits[0][0], "base_b": fits[1][0]})
     return None

@@ -25,7 +25,7 @@ import numpy as np
 from .._dtypes import numpy_dtype
 from .._errors import UsageError
 
-__all__ = ["FORMATS", "detect_format", "open_reader", "write_checkpoint", "Reader", "atomic_target"]
+__all__ = ["FORMATS", "detect_format", "open_reader", "write_checkpoint", "Reader", "atomic_target", "drop_pages"]
 
 FORMATS = ("safetensors", "npz", "pt", "keras-h5", "msgpack")
 _SUFFIXES = ((".weights.h5", "keras-h5"), (".safetensors", "safetensors"), (".npz", "npz"), (".pt", "pt"),
@@ -43,6 +43,23 @@ def _np_dtype(name):
 def _dtype_name(dtype) -> str:
     dtype = np.dtype(dtype)
     return "bfloat16" if dtype.name == "bfloat16" else dtype.name
+
+
+def drop_pages(*arrays) -> None:
+    """Let the kernel drop the resident pages of memory-mapped inputs already consumed.
+
+    Pages of a file mapping count in the process's RSS for as long as the mapping lives; a tensor read
+    block by block would otherwise end up fully resident. Re-reading a dropped page refaults it from
+    the page cache. Arrays that are not memory maps are left alone.
+    """
+    import mmap
+
+    for array in arrays:
+        while array is not None and getattr(array, "_mmap", None) is None:
+            array = getattr(array, "base", None)  # a view of a memory map
+        handle = getattr(array, "_mmap", None)
+        if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+            handle.madvise(mmap.MADV_DONTNEED)
 
 
 def detect_format(path) -> str:
@@ -268,8 +285,11 @@ def _write_safetensors(path, entries, metadata):
         f.write(blob)
         for name, shape, dtype, thunk in entries:
             array = _checked(name, shape, dtype, thunk())
-            if array.size:
-                f.write(memoryview(array.reshape(-1).view(np.uint8)))  # no copy of a contiguous array
+            flat = array.reshape(-1).view(np.uint8)  # no copy of a contiguous array
+            for start in range(0, flat.size, 1 << 24):
+                f.write(memoryview(flat[start:start + (1 << 24)]))
+                drop_pages(array)  # an unchanged tensor is still the source's memory map
+            del array, flat  # before the next tensor is produced: two converted tensors never coexist
 
 
 def _checked(name, shape, dtype, array):

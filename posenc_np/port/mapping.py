@@ -14,7 +14,7 @@ The RoPE permutation acts on rows (axis 0) of the tensor as the source stores it
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -24,15 +24,21 @@ from .._errors import UsageError
 from ..learned import resize_table
 from ..rope import ROPE_LAYOUTS, permute_qk_rows
 
-__all__ = ["Op", "Entry", "Rules", "build_plan", "glob_regex"]
+__all__ = ["Op", "Entry", "Rules", "build_plan", "glob_regex", "glob_match"]
 
 
+@functools.lru_cache(maxsize=None)
 def glob_regex(pattern: str):
-    """A glob whose `*`/`?` capture, as an anchored regex."""
+    """The anchored regex of a glob: `*` captures any text (dots included), `?` matches one character."""
     out = []
     for char in pattern:
-        out.append("(.*?)" if char == "*" else "(.)" if char == "?" else re.escape(char))
+        out.append("(.*?)" if char == "*" else "." if char == "?" else re.escape(char))
     return re.compile("".join(out) + r"\Z")
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    """`fnmatch.fnmatchcase`'s argument order, with `glob_regex`'s syntax."""
+    return glob_regex(pattern).match(name) is not None
 
 
 def _fill(template: str, groups) -> str:
@@ -81,11 +87,26 @@ class Op:
             heads, source, target, rotary_dim = p
             return permute_qk_rows(array, heads, source=source, target=target, rotary_dim=rotary_dim)
         if k == "transpose":
-            return np.ascontiguousarray(np.transpose(array))
+            return _transpose(array)
         raise AssertionError(k)
 
     def __str__(self):
         return self.kind if not self.params else f"{self.kind}({', '.join(map(str, self.params))})"
+
+
+def _transpose(array, elements=1 << 20):
+    """A contiguous transpose that copies a 2-D memory map block by block, dropping each block's pages,
+    so the peak is the output plus one block rather than the output plus the whole input."""
+    if array.ndim != 2 or getattr(array, "_mmap", None) is None:
+        return np.ascontiguousarray(np.transpose(array))
+    from .formats import drop_pages
+
+    out = np.empty(array.shape[::-1], array.dtype)
+    step = max(1, elements // max(1, array.shape[1]))
+    for start in range(0, array.shape[0], step):
+        out[:, start:start + step] = array[start:start + step].T
+        drop_pages(array)
+    return out
 
 
 @dataclass
@@ -135,15 +156,16 @@ class Rules:
     require: list = field(default_factory=list)     # source names a preset cannot do without
     tags: list = field(default_factory=list)        # (glob, dict) merged into matching entries' tags
     target_name: object = None                      # callable applied to every renamed target name
+    strict: bool = False                            # every kept tensor must match a rename (presets)
 
 
 def _matches(globs, name):
-    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+    return any(glob_match(name, g) for g in globs)
 
 
 def _used(globs, names, what):
     for g in globs:
-        if not any(fnmatch.fnmatchcase(n, g) for n in names):
+        if not any(glob_match(n, g) for n in names):
             raise UsageError(f"{what} pattern {g!r} matches no tensor of SOURCE")
 
 
@@ -161,12 +183,12 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
                         ("--resize", [r[0] for r in rules.resize]), ("--reverse", rules.reverse),
                         ("--rope-q", rules.rope_q), ("--rope-k", rules.rope_k)):
         _used(globs, names, what)
-    entries = []
+    entries, unknown = [], []
     for name in names:
         if _matches(rules.drop, name):
             continue
         shape, dtype = reader.shape(name), reader.dtype(name)
-        splits = [s for s in rules.split if fnmatch.fnmatchcase(name, s[0])]
+        splits = [s for s in rules.split if glob_match(name, s[0])]
         if splits:
             glob, templates, rows, roles = splits[0]
             groups = glob_regex(glob).match(name).groups()
@@ -178,18 +200,22 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
                 raise UsageError(f"--split of {name!r}: parts of {rows} rows do not add up to its shape {shape}")
             start = 0
             for template, count, role in zip(templates, rows, roles):
-                entry = Entry(_fill(template, groups) if not rules.target_name else
-                              rules.target_name(_fill(template, groups)), name, shape, dtype, [Op("rows", (start, start + count))],
+                target = _fill(template, groups)
+                target = rules.target_name(target) if rules.target_name else target
+                entry = Entry(target, name, shape, dtype, [Op("rows", (start, start + count))],
                               {"key": groups, "role": role})
                 start += count
                 entries.append(_convert(entry, rules, name, role))
             continue
-        target = name
+        target = None
         for glob, template in rules.rename:
             match = glob_regex(glob).match(name)
             if match:
                 target = _fill(template, match.groups())
                 break
+        if target is None:
+            unknown.append(name)
+            target = name
         if rules.target_name:
             target = rules.target_name(target)
         role, key = None, (name,)
@@ -199,9 +225,13 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
                     role, key = role_name, match.groups()  # q and k of one layer share their captures
         tags = {"key": key, "role": role}
         for glob, extra in rules.tags:
-            if fnmatch.fnmatchcase(name, glob):
+            if glob_match(name, glob):
                 tags.update(extra)
         entries.append(_convert(Entry(target, name, shape, dtype, [], tags), rules, name, role))
+    if rules.strict and unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise UsageError(f"the preset has no name for SOURCE tensor(s) {shown}: not the checkpoint layout it "
+                         "converts (use conversion options, with --drop for tensors to leave out)")
     seen = {}
     for entry in entries:
         if entry.target in seen:
@@ -218,24 +248,26 @@ def _check_rope_options(rules):
                          f"(got {rules.rope_from!r}, {rules.rope_to!r})")
     if not rules.heads or rules.heads < 1:
         raise UsageError("--rope-q/--rope-k need --heads (the number of query heads)")
+    if rules.kv_heads is not None and (rules.kv_heads < 1 or rules.heads % rules.kv_heads):
+        raise UsageError(f"--kv-heads {rules.kv_heads} must divide --heads {rules.heads} (grouped-query attention)")
 
 
 def _convert(entry, rules, name, role):
     shape = entry.shape
     for glob, n in rules.strip:
-        if fnmatch.fnmatchcase(name, glob):
+        if glob_match(name, glob):
             if len(shape) != 2 or not 0 < n < shape[0]:
                 raise UsageError(f"--strip-offset {n} of {name!r} with shape {shape}: needs a 2-D table with more rows")
             entry.ops.append(Op("strip", (n,)))
             entry.tags["offset"] = n
     for glob, n in rules.pad:
-        if fnmatch.fnmatchcase(name, glob):
+        if glob_match(name, glob):
             if len(shape) != 2 or n < 1:
                 raise UsageError(f"--add-offset {n} of {name!r} with shape {shape}: needs a 2-D table and n >= 1")
             entry.ops.append(Op("pad", (n,)))
             entry.tags["offset"] = -n
     for glob, new_len, method in rules.resize:
-        if fnmatch.fnmatchcase(name, glob):
+        if glob_match(name, glob):
             if len(entry.shape) != 2 or new_len < 1:
                 raise UsageError(f"--resize of {name!r} with shape {entry.shape}: needs a 2-D table and a length >= 1")
             entry.tags["resize"] = (entry.shape[0], new_len, method)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._errors import UsageError
 from ..testing import compare, tolerance
-from .mapping import Rules
+from .mapping import Rules, glob_regex
 from .verify import Check
 
 __all__ = ["PRESETS", "get_preset", "keras_bert_embeddings", "bert_embeddings_reference", "LAYER_NORM_EPS"]
@@ -85,7 +85,7 @@ def meta_llama_to_hf(reader, args):
     require = [src for src, _ in rename[:3]] + [f"layers.{i}.{src}" for i in range(p["layers"]) for src, _ in layer]
     rules = Rules(rename=rename, rope_q=["layers.*.attention.wq.weight"], rope_k=["layers.*.attention.wk.weight"],
                   heads=p["heads"], kv_heads=p["kv_heads"], rope_from="interleaved", rope_to="half",
-                  rotary_dim=args.rotary_dim, require=require,
+                  rotary_dim=args.rotary_dim, require=require, strict=True,
                   drop=[n for n in ("rope.freqs",) if n in reader])
     missing = [n for n in require if n not in reader]
     if missing:
@@ -130,28 +130,42 @@ _BERT_LAYER = ("attention.self.query", "attention.self.key", "attention.self.val
                "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
 
 
-def _bert_layers(reader):
-    return sorted({int(m.group(1)) for n in reader.names() if (m := re.match(r"encoder\.layer\.(\d+)\.", n))})
+def _bert_modules(reader):
+    """`(module, kind)` of every known BertModel module in forward order; kind: embedding, norm, dense."""
+    layers = sorted({int(m.group(1)) for n in reader.names() if (m := re.match(r"encoder\.layer\.(\d+)\.", n))})
+    modules = [("embeddings.word_embeddings", "embedding"), ("embeddings.position_embeddings", "embedding"),
+               ("embeddings.token_type_embeddings", "embedding"), ("embeddings.LayerNorm", "norm")]
+    modules += [(f"encoder.layer.{i}.{m}", "norm" if "LayerNorm" in m else "dense")
+                for i in layers for m in _BERT_LAYER]
+    modules.append(("pooler.dense", "dense"))
+    return [(m, kind) for m, kind in modules if f"{m}.weight" in reader]
 
 
-def _bert_common(reader, args):
-    transpose = [f"encoder.layer.*.{m}.weight" for m in _BERT_LAYER if "LayerNorm" not in m]
-    transpose = [g for g in transpose if any(re.match(r"encoder\.layer\.\d+\." + re.escape(g[16:]), n)
-                                             for n in reader.names())]
-    if "pooler.dense.weight" in reader:
-        transpose.append("pooler.dense.weight")
+def _bert_rules(reader, args, target_names):
+    """Rules of both BERT presets: `target_names(module, kind)` -> {"weight": name, "bias": name}.
+
+    Strict: a tensor of any other module (a pre-training head, an unknown layer) is an error rather
+    than a pass-through that might need a transpose nobody declared.
+    """
+    rename, transpose = [], []
+    for module, kind in _bert_modules(reader):
+        for suffix, target in target_names(module, kind).items():
+            if f"{module}.{suffix}" in reader:
+                rename.append((f"{module}.{suffix}", target))
+        if kind == "dense":
+            transpose.append(f"{module}.weight")
     resize = []
     if args.resize_positions:
         resize = [("embeddings.position_embeddings.weight", args.resize_positions, args.resize_method)]
     drop = [n for n in reader.names() if n.endswith("position_ids")]
-    return dict(transpose=transpose, resize=resize, drop=drop, require=list(_BERT_EMB))
+    return Rules(rename=rename, transpose=transpose, resize=resize, drop=drop, require=list(_BERT_EMB), strict=True)
 
 
 def hf_bert_to_flax(reader, args):
-    common = _bert_common(reader, args)
-    rename = [("embeddings.*_embeddings.weight", "embeddings/*_embeddings/embedding"),
-              ("*.LayerNorm.weight", "*.LayerNorm.scale"), ("*.weight", "*.kernel"), ("*", "*")]
-    rules = Rules(rename=rename, target_name=lambda name: name.replace(".", "/"), **common)
+    leaf = {"embedding": {"weight": "embedding"}, "norm": {"weight": "scale", "bias": "bias"},
+            "dense": {"weight": "kernel", "bias": "bias"}}
+    rules = _bert_rules(reader, args, lambda module, kind: {
+        suffix: module.replace(".", "/") + "/" + name for suffix, name in leaf[kind].items()})
     names = dict(word="embeddings/word_embeddings/embedding", position="embeddings/position_embeddings/embedding",
                  token_type="embeddings/token_type_embeddings/embedding", gamma="embeddings/LayerNorm/scale",
                  beta="embeddings/LayerNorm/bias")
@@ -159,39 +173,28 @@ def hf_bert_to_flax(reader, args):
 
 
 def _keras_layer_paths(reader):
-    """Keras 3 `.weights.h5` group of every HF module, as `keras_bert_embeddings` + HF order build them."""
+    """Keras 3 `.weights.h5` group and layer name of every HF module, in the order `keras_bert_embeddings`
+    (then one layer per encoder module, in forward order) creates them: Keras names a group after the
+    layer's class in snake case, with `_1`, `_2`... for repeats, and stores the layer name as an attribute."""
+    classes = {"embedding": "embedding", "norm": "layer_normalization", "dense": "dense"}
+    names = {"embeddings.word_embeddings": "word_embeddings", "embeddings.LayerNorm": "embeddings_layer_norm",
+             "embeddings.position_embeddings": "position_embeddings",
+             "embeddings.token_type_embeddings": "token_type_embeddings"}
     counts, paths = {}, {}
-
-    def add(module, cls, layer_name):
+    for module, kind in _bert_modules(reader):
+        cls = "learned_encoding" if module == "embeddings.position_embeddings" else classes[kind]
         n = counts.get(cls, 0)
         counts[cls] = n + 1
-        paths[module] = (f"layers/{cls}" + (f"_{n}" if n else ""), layer_name)
-
-    add("embeddings.word_embeddings", "embedding", "word_embeddings")
-    add("embeddings.position_embeddings", "learned_encoding", "position_embeddings")
-    add("embeddings.token_type_embeddings", "embedding", "token_type_embeddings")
-    add("embeddings.LayerNorm", "layer_normalization", "embeddings_layer_norm")
-    for i in _bert_layers(reader):
-        for module in _BERT_LAYER:
-            full = f"encoder.layer.{i}.{module}"
-            if f"{full}.weight" in reader:
-                add(full, "layer_normalization" if "LayerNorm" in module else "dense", full.replace(".", "_"))
-    if "pooler.dense.weight" in reader:
-        add("pooler.dense", "dense", "pooler_dense")
+        paths[module] = (f"layers/{cls}" + (f"_{n}" if n else ""), names.get(module, module.replace(".", "_")))
     return paths
 
 
 def hf_bert_to_keras(reader, args):
-    common = _bert_common(reader, args)
-    rename = []
-    attrs = {}
-    for module, (group, layer_name) in _keras_layer_paths(reader).items():
-        for index, suffix in enumerate(("weight", "bias")):
-            if f"{module}.{suffix}" in reader:
-                rename.append((f"{module}.{suffix}", f"{group}/vars/{index}"))
-        attrs[f"{group}/vars"] = {"name": layer_name}
+    paths = _keras_layer_paths(reader)
+    rules = _bert_rules(reader, args, lambda module, kind: {
+        "weight": f"{paths[module][0]}/vars/0", "bias": f"{paths[module][0]}/vars/1"})
+    attrs = {f"{group}/vars": {"name": layer_name} for group, layer_name in paths.values()}
     attrs["vars"] = {"name": "functional"}
-    rules = Rules(rename=rename, **common)
     names = dict(word="layers/embedding/vars/0", position="layers/learned_encoding/vars/0",
                  token_type="layers/embedding_1/vars/0", gamma="layers/layer_normalization/vars/0",
                  beta="layers/layer_normalization/vars/1")
@@ -324,25 +327,20 @@ def t5x_to_hf_t5(reader, args):
         kernel(f"decoder/layers_*/encoder_decoder_attention/{t5x}/kernel",
                f"decoder.block.*.layer.1.EncDecAttention.{hf}.weight")
     for stack, mlp in (("encoder", 1), ("decoder", 2)):
-        for wi in ("wi", "wi_0", "wi_1", "wo"):
-            if any(re.fullmatch(f"{prefix}{stack}/layers_\\d+/mlp/{wi}/kernel", n) for n in names):
-                kernel(f"{stack}/layers_*/mlp/{wi}/kernel", f"{stack}.block.*.layer.{mlp}.DenseReluDense.{wi}.weight")
-        rename.append((f"{prefix}{stack}/layers_*/pre_mlp_layer_norm/scale", f"{stack}.block.*.layer.{mlp}.layer_norm.weight"))
-    rename += [(f"{prefix}encoder/layers_*/pre_attention_layer_norm/scale", "encoder.block.*.layer.0.layer_norm.weight"),
-               (f"{prefix}decoder/layers_*/pre_self_attention_layer_norm/scale", "decoder.block.*.layer.0.layer_norm.weight"),
-               (f"{prefix}decoder/layers_*/pre_cross_attention_layer_norm/scale",
-                "decoder.block.*.layer.1.layer_norm.weight")]
-    if f"{prefix}decoder/logits_dense/kernel" in reader:
-        kernel("decoder/logits_dense/kernel", "lm_head.weight")
+        for wi in ("wi", "wi_0", "wi_1", "wo"):  # T5 1.0 has wi, T5 1.1 (gated) wi_0 and wi_1
+            kernel(f"{stack}/layers_*/mlp/{wi}/kernel", f"{stack}.block.*.layer.{mlp}.DenseReluDense.{wi}.weight")
+        rename.append((f"{prefix}{stack}/layers_*/pre_mlp_layer_norm/scale",
+                       f"{stack}.block.*.layer.{mlp}.layer_norm.weight"))
+    for t5x, hf in (("encoder/layers_*/pre_attention_layer_norm", "encoder.block.*.layer.0"),
+                    ("decoder/layers_*/pre_self_attention_layer_norm", "decoder.block.*.layer.0"),
+                    ("decoder/layers_*/pre_cross_attention_layer_norm", "decoder.block.*.layer.1")):
+        rename.append((f"{prefix}{t5x}/scale", f"{hf}.layer_norm.weight"))
+    kernel("decoder/logits_dense/kernel", "lm_head.weight")  # absent when tied to the embedding (T5 1.0)
     require = [f"{prefix}token_embedder/embedding"] + list(t5_tags)
-    used = [g for g, _ in rename if any(re.fullmatch(_glob_to_re(g), n) for n in names)]
+    used = {g for g, _ in rename if any(glob_regex(g).match(n) for n in names)}
     rules = Rules(rename=[(g, t) for g, t in rename if g in used], transpose=[g for g in transpose if g in used],
-                  require=require, tags=[(name, {"t5": tags}) for name, tags in t5_tags.items()])
-    return Preset(rules, target_format=None)
-
-
-def _glob_to_re(glob):
-    return re.escape(glob).replace(r"\*", ".*?")
+                  require=require, tags=[(name, {"t5": tags}) for name, tags in t5_tags.items()], strict=True)
+    return Preset(rules)
 
 
 PRESETS = {"meta-llama-to-hf": meta_llama_to_hf, "hf-bert-to-flax": hf_bert_to_flax,
