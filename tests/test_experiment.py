@@ -56,7 +56,9 @@ def test_rope_scaling_variants_share_the_rope_model(quick):
     """At the training length every scaling has factor 1, i.e. plain RoPE: identical perplexity."""
     rows = {r["encoding"]: r for r in quick[3]["rows"]}
     at_train = [rows[n]["ppl"]["32"] for n in ("rope", "rope-pi", "rope-ntk", "rope-yarn")]
-    assert len(set(at_train)) == 1
+    # the trained module gathers cos/sin from its float32 cache, the evaluation modules compute them:
+    # the same angles up to float32 rounding, so the perplexities agree to ~1e-7, not bit for bit
+    assert at_train == pytest.approx([at_train[0]] * 4, rel=1e-5)
     assert rows["rope-pi"]["ppl"]["256"] != rows["rope"]["ppl"]["256"]
     assert {rows[n]["trained_as"] for n in ex.ROPE_SCALING} == {"rope"}
 
@@ -68,7 +70,8 @@ def test_reproducible(quick, tmp_path):
                  "--json", str(path)]) == 0
     again = json.loads(path.read_text())["rows"][0]
     first = {r["encoding"]: r for r in quick[3]["rows"]}["alibi"]
-    assert again["losses"] == first["losses"] and again["ppl"] == first["ppl"]
+    assert again["losses"] == first["losses"]  # training is bit for bit the same
+    assert again["ppl"] == pytest.approx(first["ppl"], rel=1e-6)
 
 
 def test_learned_table_is_resized_for_longer_evaluation():
@@ -99,8 +102,8 @@ def test_directory_and_file_corpora(tmp_path):
     corpus = load_corpus(str(tmp_path))
     assert corpus.valid_files == ["doc09.txt"]
     single = load_corpus(str(tmp_path / "doc00.txt"))
-    assert single.train.size + single.valid.size == len("text number 0\n" * 5)
-    assert single.valid.size == single.train.size // 9 + 1
+    total = len("text number 0\n" * 5)
+    assert single.train.size == int(0.9 * total) and single.valid.size == total - int(0.9 * total)
 
 
 def test_progress_bar():

@@ -12,6 +12,12 @@ from posenc_np.cli import main
 from posenc_np.testing import compare, tolerance
 from posenc_np.tools import plot
 
+try:
+    import matplotlib.backends.backend_agg  # noqa: F401
+except ImportError as error:  # one clear failure rather than a test-by-test traceback
+    pytest.fail(f"matplotlib does not import ({error}): install the test dependencies, "
+                f"pip install -e '.[all,dev]'", pytrace=False)
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 FIGURE_COMMANDS = {
@@ -34,6 +40,19 @@ def test_each_figure_is_one_command(name, tmp_path, capsys):
     data = out.read_bytes()
     assert data.startswith(PNG_SIGNATURE) and len(data) > 2000
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left behind
+
+
+def test_experiment_report_plot(tmp_path):
+    report = {"eval_lengths": [32, 64], "config": {"train_len": 32},
+              "rows": [{"encoding": "rope", "ppl": {"32": 5.0, "64": 6.5}},
+                       {"encoding": "alibi", "ppl": {"32": 5.5, "64": 5.4}}]}
+    (tmp_path / "r.json").write_text(__import__("json").dumps(report))
+    out = tmp_path / "ppl.png"
+    assert main(["plot", "experiment", str(tmp_path / "r.json"), "--out", str(out)]) == 0
+    args = types.SimpleNamespace(report=str(tmp_path / "r.json"))
+    lines = plot.figure_experiment(args).axes[0].get_lines()
+    np.testing.assert_array_equal(lines[0].get_ydata(), [5.0, 6.5])
+    assert [line.get_label() for line in lines[:2]] == ["rope", "alibi"]
 
 
 def test_svg_by_suffix(tmp_path):
@@ -118,6 +137,8 @@ def test_trained_table_is_used(tmp_path, capsys):
     (["table", "--dim", "7"], "dim"),
     (["diff", "vaswani", "hf-llama"], "different encodings"),
     (["table", "--table", "/nonexistent/t.npy"], "/nonexistent/t.npy"),
+    (["experiment", "/nonexistent/r.json"], "/nonexistent/r.json"),
+    (["bias", "--encoding", "t5", "--table", "/nonexistent/t.npy"], "/nonexistent/t.npy"),
 ])
 def test_bad_input_exits_2(argv, needle, tmp_path, capsys):
     out = tmp_path / "x.png"

@@ -7,7 +7,8 @@ import tempfile
 
 from .._errors import UsageError
 
-__all__ = ["FIGURE_FORMATS", "check_output", "write_text", "save_figure", "new_figure"]
+__all__ = ["FIGURE_FORMATS", "check_output", "write_text", "save_figure", "new_figure", "require_matplotlib",
+           "suptitle"]
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 
@@ -29,12 +30,19 @@ def check_output(path: str, *, formats=None, what: str = "output") -> str:
     return suffix
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _replace_atomically(path: str, write) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".posenc-", suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a saved figure is an ordinary file
         os.replace(tmp, path)
     except OSError as error:
         raise UsageError(f"cannot write {path!r}: {error.strerror}") from error
@@ -45,6 +53,15 @@ def _replace_atomically(path: str, write) -> None:
 
 def write_text(path: str, text: str) -> None:
     _replace_atomically(path, lambda f: f.write(text.encode()))
+
+
+def require_matplotlib() -> None:
+    """UsageError, before any work, when matplotlib (or one of its own dependencies) does not import."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+    except ImportError as error:
+        raise UsageError(f"figures need matplotlib, which does not import here ({error}); install the plot "
+                         f"extra: pip install 'posenc[plot]'") from error
 
 
 def new_figure(width: float, height: float):

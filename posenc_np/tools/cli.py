@@ -8,7 +8,7 @@ import sys
 import time
 
 from .._errors import UsageError
-from ._output import FIGURE_FORMATS, check_output, new_figure, save_figure, write_text
+from ._output import FIGURE_FORMATS, check_output, new_figure, require_matplotlib, save_figure, write_text
 
 __all__ = ["add_subcommands", "cmd_experiment"]
 
@@ -63,6 +63,7 @@ def cmd_experiment(args) -> int:
             check_output(path, what="report")
     if args.plot:
         check_output(args.plot, formats=FIGURE_FORMATS, what="figure")
+        require_matplotlib()
     if args.save_weights and not os.path.isdir(args.save_weights):
         raise UsageError(f"--save-weights {args.save_weights!r} is not a directory")
     base = ex.QUICK if args.quick else ex.DEFAULT
@@ -111,6 +112,7 @@ def _plot(args) -> int:
     from . import plot
 
     check_output(args.out, formats=FIGURE_FORMATS, what="figure")
+    require_matplotlib()
     figure = plot.FIGURES[args.kind](args)
     save_figure(figure, args.out, dpi=args.dpi)
     print(f"wrote {args.out}")
@@ -165,7 +167,9 @@ def _add_plot(sub) -> None:
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--table", help="a (trained) learned table [positions, dim] as .npy, e.g. from "
                                    "`posenc experiment --save-weights DIR`; default: random N(0, 0.02) init")
-    p.add_argument("--embedding-scale", type=float, default=0.5, help="std of the random word embeddings")
+    p.add_argument("--embedding-scale", type=float, default=0.5, help="std of the random word vectors")
+    p.add_argument("--shared-scale", type=float, default=1.0,
+                   help="std of the vector added to every word (their common direction)")
     p.add_argument("--causal", action="store_true", help="mask future tokens")
     p.add_argument("--seed", type=int, default=0)
 
@@ -176,6 +180,9 @@ def _add_plot(sub) -> None:
                    help="compute B with another backend (default: --backend), e.g. to see float32 error")
     p.add_argument("--positions", type=int, default=128)
     p.add_argument("--dim", type=int, default=64)
+
+    p = kind("experiment", "perplexity against evaluation length from a saved `posenc experiment --json` report")
+    p.add_argument("report", help="the JSON report")
 
 
 def _add_experiment(sub) -> None:

@@ -5,7 +5,8 @@ the same batches in the same order (seeded); only the position encoding differs:
 
     none        no position information (a causal mask still leaks some: Haviv et al. 2022)
     sinusoidal  posenc_torch.SinusoidalEncoding added to the token embeddings (Vaswani)
-    learned     posenc_torch.LearnedEncoding [train_len, d_model]; longer evaluations use
+    learned     posenc_torch.LearnedEncoding [train_len, d_model], initialised N(0, 1) like the token
+                embeddings (not BERT's N(0, 0.02), see docs/experiment.md); longer evaluations use
                 posenc_torch.resize_table (linear) to stretch it to the evaluation length
     rope        posenc_torch.RotaryEmbedding on queries and keys (half layout, base 10000)
     rope-pi / rope-ntk / rope-yarn
@@ -111,6 +112,9 @@ def _build_model(encoding: str, cfg: Config):
                 self.absolute = pt.SinusoidalEncoding(cfg.d_model, max_len=cfg.train_len)
             elif encoding == "learned":
                 self.absolute = pt.LearnedEncoding(cfg.train_len, cfg.d_model)
+                # the token embeddings' scale (nn.Embedding: N(0, 1)), not BERT's N(0, 0.02): against
+                # unit-scale tokens a 0.02 table stayed unused in 500 steps (docs/experiment.md)
+                nn.init.normal_(self.absolute.table, std=1.0)
             elif encoding == "rope":
                 self.rope = pt.RotaryEmbedding(head_dim, max_len=cfg.train_len)
             elif encoding == "t5":
@@ -146,8 +150,10 @@ class PeakMemory:
 
     CUDA: `torch.cuda.max_memory_allocated` after a reset (tensor memory only). CPU on Linux: the
     process's resident-set high-water mark (`VmHWM`), reset by writing 5 to `/proc/self/clear_refs`
-    before the run, so each encoding gets its own peak (it still includes the interpreter, torch and
-    the corpus). Elsewhere `ru_maxrss`, the peak of the whole process so far. `method` says which.
+    before the run (after returning freed heap pages with glibc's `malloc_trim`), so each encoding gets
+    its own peak; `growth_mib` is that peak minus the resident size at the start (the peak itself still
+    includes the interpreter, torch and the corpus). Elsewhere `ru_maxrss`, the peak of the whole
+    process so far. `method` says which.
     """
 
     def __init__(self, device: str):
@@ -161,6 +167,7 @@ class PeakMemory:
             self.method = "torch.cuda.max_memory_allocated"
             return self
         try:
+            _release_freed_memory()
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
             self.start_mib = self._status("VmRSS:") / 1024
@@ -196,6 +203,19 @@ class PeakMemory:
         if self.method.startswith("torch.cuda"):
             return self.mib
         return None if self.start_mib is None else self.mib - self.start_mib
+
+
+def _release_freed_memory() -> None:
+    """glibc keeps freed heap pages resident; `malloc_trim(0)` hands them back, so that the resident size
+    at the start of a run is not inflated by the previous run and the growth measured is this run's."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the growth is then a lower bound
+        pass
 
 
 class Progress:
@@ -386,9 +406,10 @@ def _columns(report):
     body = []
     for row in report["rows"]:
         ppl = row["ppl"]
+        growth = row["peak_growth_mib"]
         body.append([row["encoding"]] + [f"{ppl[n] if n in ppl else ppl[str(n)]:.3f}" for n in lengths]
                     + [f"{row['tokens_per_s']:,.0f}", f"{row['peak_mem_mib']:,.0f}",
-                       "-" if row["peak_growth_mib"] is None else f"{row['peak_growth_mib']:,.0f}", f"{row['params']:,}"])
+                       "-" if growth is None else f"{growth:,.0f}", f"{row['params']:,}"])
     return head, body
 
 
@@ -420,7 +441,10 @@ def json_text(report, argv) -> str:
 
 
 def plot_perplexity(report, figure):
-    """Perplexity against evaluation length, one line per encoding, on `figure` (a matplotlib Figure)."""
+    """Perplexity against evaluation length, one line per encoding, on `figure` (a matplotlib Figure).
+
+    `report` is `run_experiment`'s dict or the `--json` file read back (its length keys are strings).
+    """
     ax = figure.add_subplot(1, 1, 1)
     lengths = report["eval_lengths"]
     styles = {"rope-pi": ":", "rope-ntk": "-.", "rope-yarn": (0, (5, 1))}
@@ -431,6 +455,11 @@ def plot_perplexity(report, figure):
     ax.axvline(train_len, color="grey", linewidth=0.8, linestyle="--")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in (ax.yaxis,):
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(ScalarFormatter())
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.set_xlabel(f"evaluation length (bytes); trained at {train_len}")
     ax.set_ylabel("validation perplexity per byte (log)")

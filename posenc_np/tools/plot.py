@@ -78,6 +78,8 @@ def encoding_tables(name, positions, dim, *, backend="numpy", base=None, table=N
     Conventions with a `position_offset` (fairseq, RoBERTa) start at that position.
     """
     family, conv, params, offset = _resolve(name, TABLE_ENCODINGS, "--encoding")
+    if table is not None and family != "learned":
+        raise UsageError(f"--table is a learned table; {name!r} is a {family} encoding")
     _positive("positions", positions)
     pos = np.arange(offset, offset + positions, dtype=np.int64)
     if base is not None and family != "learned":
@@ -104,15 +106,16 @@ def encoding_tables(name, positions, dim, *, backend="numpy", base=None, table=N
             raise UsageError(f"the table has {table.shape[0]} rows; --positions={positions} needs "
                              f"{offset + positions}")
         out = {"learned": _call(backend, "learned", table, pos)}
-    return f"{label} ({detail}) [{backend}]", out, pos
+    return f"{label} [{backend}]\n{detail}", out, pos
 
 
-def _heatmap(figure, ax, data, *, title, xlabel, ylabel, cmap="RdBu_r", symmetric=True, extent=None, label=""):
+def _heatmap(figure, ax, data, *, title, xlabel, ylabel, cmap="RdBu_r", symmetric=True, extent=None, label="",
+             fontsize="medium"):
     vmax = float(np.max(np.abs(data))) or 1.0
     kwargs = dict(vmin=-vmax, vmax=vmax) if symmetric else {}
     image = ax.imshow(data, aspect="auto", cmap=cmap, interpolation="nearest", origin="upper", extent=extent,
                       **kwargs)
-    ax.set_title(title, fontsize="medium")
+    ax.set_title(title, fontsize=fontsize)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     figure.colorbar(image, ax=ax, label=label)
@@ -166,11 +169,12 @@ def rope_decay_curves(dim, max_distance, *, base=10000.0, scaling=None, backend=
 
 def figure_rope_decay(args):
     dim, distance = _positive("dim", args.dim), _positive("max-distance", args.max_distance)
+    curves = [(scaling, rope_decay_curves(dim, distance, base=args.base, scaling=scaling, backend=args.backend))
+              for scaling in [None] + _scaling(args.scaling)]
     figure = new_figure(11, 4.2)
     bound, logit = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
-    for scaling in [None] + _scaling(args.scaling):
+    for scaling, (d, upper, logits) in curves:
         label = "no scaling" if scaling is None else json.dumps(scaling)
-        d, upper, logits = rope_decay_curves(dim, distance, base=args.base, scaling=scaling, backend=args.backend)
         bound.plot(d, upper, label=label, linewidth=1)
         logit.plot(d, logits, label=label, linewidth=1)
     bound.set_title("relative upper bound (RoFormer fig. 2)", fontsize="medium")
@@ -189,7 +193,6 @@ def figure_bias(args):
     family, conv, params, _ = _resolve(args.encoding, {"alibi": "alibi_bias", "t5": "t5_bias"}, "--encoding")
     heads, length = _positive("heads", args.heads), _positive("length", args.length)
     pos = np.arange(length, dtype=np.int64)
-    figure = new_figure(12, 4.5)
     if family == "alibi":
         params.setdefault("form", "causal")
         bias = _call(args.backend, "alibi_bias", heads, pos, pos, **params)
@@ -208,6 +211,7 @@ def figure_bias(args):
         detail += ", " + ", ".join(f"{k}={v}" for k, v in params.items())
         if not params["bidirectional"]:
             bias = np.where(pos[:, None] >= pos[None, :], bias, np.nan)
+    figure = new_figure(12, 4.5)
     lines = figure.add_subplot(1, 2, 1)
     query = length - 1 if not (family == "t5" and params["bidirectional"]) else length // 2
     for h in range(heads):
@@ -223,12 +227,17 @@ def figure_bias(args):
     return figure
 
 
-def _word_embeddings(words, dim, scale):
-    """A fixed random vector per word (seeded by the word's CRC32), so a repeated word repeats its vector."""
-    return np.stack([np.random.default_rng(zlib.crc32(w.lower().encode())).normal(0.0, scale, dim) for w in words])
+def _word_embeddings(words, dim, scale, shared):
+    """A fixed random vector per word (seeded by the word's CRC32, so a repeated word repeats its vector)
+    plus one vector common to all words (std `shared`), as real embeddings share a mean direction:
+    it is what lets a relative encoding's distance pattern show (for RoPE, the decay of `c . R(m) c`)."""
+    common = np.random.default_rng(0).normal(0.0, shared, dim)
+    return common + np.stack([np.random.default_rng(zlib.crc32(w.lower().encode())).normal(0.0, scale, dim)
+                              for w in words])
 
 
-def attention_weights(encoding, words, dim, *, backend="numpy", table=None, scale=0.5, causal=False, seed=0):
+def attention_weights(encoding, words, dim, *, backend="numpy", table=None, scale=0.5, shared=1.0, causal=False,
+                      seed=0):
     """`[n, n]` attention weights of one sentence with q = k = v = the (encoded) word vectors.
 
     No learned projections: the map shows what the encoding alone adds to the similarity of the
@@ -236,7 +245,7 @@ def attention_weights(encoding, words, dim, *, backend="numpy", table=None, scal
     (8 heads, head 0 shown) and t5 (random N(0,1) table, head 0) add their bias to the logits.
     """
     n = len(words)
-    x = _word_embeddings(words, dim, scale)
+    x = _word_embeddings(words, dim, scale, shared)
     pos = np.arange(n, dtype=np.int64)
     bias, note = None, ""
     if encoding == "sinusoidal":
@@ -274,13 +283,14 @@ def figure_attention_maps(args):
     dim = table.shape[1] if table is not None else _positive("dim", args.dim)
     if dim % 2:
         raise UsageError(f"--dim={dim} must be even")
+    maps = [attention_weights(encoding, words, dim, backend=args.backend, table=table, scale=args.embedding_scale,
+                              shared=args.shared_scale, causal=args.causal, seed=args.seed) for encoding in encodings]
     figure = new_figure(4.6 * len(encodings) + 0.8, 4.8)
     axes = [figure.add_subplot(1, len(encodings), i + 1) for i in range(len(encodings))]
+    vmax = max(float(weights.max()) for weights, _ in maps)
     image = None
-    for ax, encoding in zip(axes, encodings):
-        weights, note = attention_weights(encoding, words, dim, backend=args.backend, table=table,
-                                          scale=args.embedding_scale, causal=args.causal, seed=args.seed)
-        image = ax.imshow(weights, cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest")
+    for ax, encoding, (weights, note) in zip(axes, encodings, maps):
+        image = ax.imshow(weights, cmap="magma", vmin=0.0, vmax=vmax, interpolation="nearest")
         ax.set_title(encoding + (f" ({note})" if note else ""), fontsize="medium")
         ticks = np.arange(len(words))
         ax.set_xticks(ticks, words, rotation=90, fontsize="x-small")
@@ -288,8 +298,8 @@ def figure_attention_maps(args):
         ax.set_xlabel("key")
     axes[0].set_ylabel("query")
     figure.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
-    suptitle(figure, f"Attention of one sentence, q = k = v = word vectors (dim {dim}, std "
-                     f"{args.embedding_scale:g}) + encoding [{args.backend}]")
+    suptitle(figure, f"Attention of one sentence: q = k = v = word vector (std {args.embedding_scale:g}) + shared "
+                     f"vector (std {args.shared_scale:g}) + encoding, dim {dim}, no projections [{args.backend}]")
     return figure
 
 
@@ -303,13 +313,27 @@ def figure_diff(args):
     for row, key in enumerate(a):
         diff = a[key] - b[key]
         for col, (data, title) in enumerate(((a[key], f"A: {title_a}"), (b[key], f"B: {title_b}"),
-                                             (diff, f"A - B (max |A - B| = {np.max(np.abs(diff)):.3g})"))):
+                                             (diff, f"A - B\nmax |A - B| = {np.max(np.abs(diff)):.3g}"))):
             ax = figure.add_subplot(len(a), 3, 3 * row + col + 1)
             _heatmap(figure, ax, data, title=f"{key} {title}" if len(a) > 1 else title, xlabel="channel",
-                     ylabel="position index", label="difference" if col == 2 else "value")
+                     ylabel="position index", label="difference" if col == 2 else "value", fontsize="small")
     suptitle(figure, f"{args.a} vs {args.b}: {args.positions} positions x {args.dim} channels")
     return figure
 
 
+def figure_experiment(args):
+    from .experiment import plot_perplexity
+
+    try:
+        with open(args.report) as f:
+            report = json.load(f)
+        figure = plot_perplexity(report, new_figure(7, 4.5))
+    except OSError as error:
+        raise UsageError(f"cannot read report {args.report!r}: {error.strerror}") from error
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{args.report!r} is not a `posenc experiment --json` report ({error!r})") from error
+    return figure
+
+
 FIGURES = {"table": figure_table, "rope-decay": figure_rope_decay, "bias": figure_bias,
-           "attention-maps": figure_attention_maps, "diff": figure_diff}
+           "attention-maps": figure_attention_maps, "diff": figure_diff, "experiment": figure_experiment}
