@@ -1,6 +1,6 @@
 """Peak memory of building and applying an attention bias, per path (PyTorch, CPU).
 
-    python benchmarks/bench_bias_memory.py [--n 8192] [--heads 16] [--dim 64] [--paths ...] [--markdown]
+    python benchmarks/bench_bias_memory.py [--n 4096 8192] [--heads 16] [--dim 64] [--paths ...] [--json PATH]
 
 Each measurement runs in its own subprocess: build q, k, v (`[1, heads, n, dim]` float32); for the
 compiled (score_mod) paths run once first so torch.compile's own memory is not counted; reset the
@@ -102,7 +102,7 @@ def measure(path, n, heads, dim, timeout):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=int, default=8192)
+    parser.add_argument("--n", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
@@ -111,22 +111,23 @@ def main(argv=None):
     parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child, args.n, args.heads, args.dim)
+        _child(args.child, args.n[0], args.heads, args.dim)
         return 0
-    bias_bytes = args.heads * args.n * args.n * 4
-    print(f"n={args.n}, heads={args.heads}, dim={args.dim}: a float32 [heads, n, n] tensor is "
-          f"{bias_bytes / 2**30:.2f} GiB\n")
-    print("| path | peak above baseline (MiB) | x [heads, n, n] float32 | run (s) | compile run (s) |")
-    print("|---|---:|---:|---:|---:|")
+    print(f"heads={args.heads}, dim={args.dim}; a float32 [heads, n, n] tensor is "
+          + ", ".join(f"{args.heads * n * n * 4 / 2**30:.2f} GiB at n={n}" for n in args.n) + "\n")
+    print("| n | path | peak above baseline (MiB) | x [heads, n, n] float32 | run (s) | compile run (s) |")
+    print("|---:|---|---:|---:|---:|---:|")
     results = []
-    for path in args.paths:
-        r = measure(path, args.n, args.heads, args.dim, args.timeout)
-        results.append(r)
-        if "error" in r:
-            print(f"| {path} | {r['error']} | | | |", flush=True)
-            continue
-        print(f"| {path} | {r['peak_above_baseline'] / 2**20:.0f} | {r['peak_above_baseline'] / bias_bytes:.2f} "
-              f"| {r['seconds']:.1f} | {r['warmup_seconds']:.1f} |", flush=True)
+    for n in args.n:
+        bias_bytes = args.heads * n * n * 4
+        for path in args.paths:
+            r = measure(path, n, args.heads, args.dim, args.timeout)
+            results.append(r)
+            if "error" in r:
+                print(f"| {n} | {path} | {r['error']} | | | |", flush=True)
+                continue
+            print(f"| {n} | {path} | {r['peak_above_baseline'] / 2**20:.0f} | {r['peak_above_baseline'] / bias_bytes:.2f} "
+                  f"| {r['seconds']:.1f} | {r['warmup_seconds']:.1f} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

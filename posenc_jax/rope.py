@@ -12,6 +12,10 @@ TwoSum error compensation. The reduced angle is accurate to ~1e-7 rad up to posi
 
 Inputs in bfloat16/float16 are rotated in float32 and cast back. Under `jax.jit` the sequence
 length of `dynamic`/`longrope` is `max(positions) + 1`, traced.
+
+Speed (docs/performance.md): `apply_rope` with a length-independent scaling gathers cos/sin from a
+float32 table of positions 0..4095 computed once by the float64 spec (a `lax.cond` on the traced
+positions falls back to the reduction above for any position outside it; no recompilation).
 """
 
 from __future__ import annotations
@@ -173,22 +177,49 @@ def _rotate(x, cos, sin, rotary_dim, layout):
     compute = jnp.promote_types(x.dtype, jnp.float32)
     rot = x[..., :rotary_dim].astype(compute)
     cos, sin = cos.astype(compute), sin.astype(compute)
-    if layout == "half":
-        a, b = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-        out = jnp.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
-    else:
-        a, b = rot[..., 0::2], rot[..., 1::2]
-        out = jnp.stack([a * cos - b * sin, b * cos + a * sin], axis=-1).reshape(rot.shape)
-    out = out.astype(x.dtype)
+    half = rotary_dim // 2
+    a, b = (rot[..., :half], rot[..., half:]) if layout == "half" else (rot[..., 0::2], rot[..., 1::2])
+    # stacked on a new (2, r/2) or (r/2, 2) axis and reshaped: XLA's CPU loop fusion handles this
+    # without the per-element select that a concatenate of the halves compiles to (docs/performance.md)
+    out = jnp.stack([a * cos - b * sin, b * cos + a * sin], -2 if layout == "half" else -1)
+    out = out.astype(x.dtype).reshape(rot.shape)
     if rotary_dim == x.shape[-1]:
         return out
     return jnp.concatenate([out, x[..., rotary_dim:]], axis=-1)
 
 
+_TABLE_ROWS = 4096
+_COS_SIN: dict = {}
+
+
+def _table(rotary_dim, base, scaling):
+    """`[2, 4096, r/2]` float32 cos/sin of positions 0..4095 from the float64 spec, built once per parameters."""
+    key = (rotary_dim, float(base), _freeze(scaling))
+    if key not in _COS_SIN:
+        cos, sin = spec_rope_cos_sin(np.arange(_TABLE_ROWS), rotary_dim, base=base, scaling=scaling)
+        half = rotary_dim // 2
+        _COS_SIN[key] = jnp.asarray(np.stack([cos[:, :half], sin[:, :half]]), jnp.float32)
+    return _COS_SIN[key]
+
+
+def _fast_cos_sin(positions, kind, t, table):
+    """Half-size cos/sin: gathered from `table` when every position lies inside it (static kinds), else computed.
+
+    Both are kept out of the rotation's loop fusion (the `cond`, or an optimization barrier): fused,
+    XLA recomputes the angle reduction for every broadcast copy (batch x heads times).
+    """
+    if table is None:
+        return jax.lax.optimization_barrier(_half_cos_sin(positions, kind, t))
+    rows = table.shape[1]
+    inside = (jnp.min(positions) >= 0) & (jnp.max(positions) < rows)
+    return jax.lax.cond(inside, lambda p: tuple(table[:, jnp.clip(p, 0, rows - 1)]),
+                        lambda p: _half_cos_sin(p, kind, t), positions)
+
+
 @functools.partial(jax.jit, static_argnames=("kind", "rotary_dim", "layout"))
-def _apply(x, positions, t, *, kind, rotary_dim, layout):
+def _apply(x, positions, t, table, *, kind, rotary_dim, layout):
     """The whole rotation, one compiled function per (shapes, dtype, kind), also serving eager calls."""
-    cos, sin = _half_cos_sin(positions, kind, t)
+    cos, sin = _fast_cos_sin(positions, kind, t, table)
     return _rotate(x, cos, sin, rotary_dim, layout)
 
 
@@ -225,7 +256,8 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     _check_positions(positions)
     check_rope_shapes(x.shape, positions.shape)
     kind, t = _tables(rotary_dim, base, scaling, layout)
-    return _apply(x, positions, t, kind=kind, rotary_dim=rotary_dim, layout=layout)
+    table = _table(rotary_dim, base, scaling) if kind == "static" and positions.size else None
+    return _apply(x, positions, t, table, kind=kind, rotary_dim=rotary_dim, layout=layout)
 
 
 def rope_permutation(head_dim, *, source, target, rotary_dim=None):

@@ -7,6 +7,10 @@ rotated in float32 and cast back; positions and angles never take the compute dt
 
 `dynamic`/`longrope` scaling reads `seq_len = max(positions) + 1` in-graph, so
 `tf.function(jit_compile=True)` traces once for all position values.
+
+Speed (docs/performance.md): `apply_rope` with a length-independent scaling gathers cos/sin from a
+float32 table of positions 0..4095 computed once by the float64 spec; a `tf.cond` falls back to the
+reduction above for any position outside it.
 """
 
 from __future__ import annotations
@@ -65,17 +69,41 @@ def _half_cos_sin(positions, plan, arrays):
     return tf.cos(angle) * scale, tf.sin(angle) * scale
 
 
+_TABLE_ROWS = 4096
+_COS_SIN: dict = {}
+
+
+def _table(rotary_dim, base, scaling):
+    """`(cos, sin)` float32 `[4096, r/2]` of positions 0..4095 from the float64 spec, built once per parameters."""
+    key = (rotary_dim, float(base), _freeze(scaling))
+    if key not in _COS_SIN:
+        cos, sin = spec_rope_cos_sin(range(_TABLE_ROWS), rotary_dim, base=base, scaling=scaling)
+        half = rotary_dim // 2
+        with tf.init_scope():
+            _COS_SIN[key] = (tf.constant(cos[:, :half], tf.float32), tf.constant(sin[:, :half], tf.float32))
+    return _COS_SIN[key]
+
+
+def _cached_cos_sin(positions, table, planned):
+    """Gather from `table` when every position lies inside it, else compute; a `tf.cond`, so XLA compiles
+    once for all positions and keeps the angle reduction out of the rotation's fused loop."""
+    rows = table[0].shape[0]
+    inside = (tf.reduce_min(positions) >= 0) & (tf.reduce_max(positions) < rows)
+    index = tf.clip_by_value(positions, 0, rows - 1)
+    return tf.cond(inside, lambda: (tf.gather(table[0], index), tf.gather(table[1], index)),
+                   lambda: _half_cos_sin(positions, *planned))
+
+
 def _rotate(x, cos, sin, rotary_dim, layout):
     compute = tf.float64 if x.dtype == tf.float64 else tf.float32
     rot = tf.cast(x[..., :rotary_dim], compute)
     cos, sin = tf.cast(cos, compute), tf.cast(sin, compute)
-    if layout == "half":
-        a, b = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-        out = tf.concat([a * cos - b * sin, b * cos + a * sin], axis=-1)
-    else:
-        a, b = rot[..., 0::2], rot[..., 1::2]
-        out = tf.reshape(tf.stack([a * cos - b * sin, b * cos + a * sin], axis=-1), tf.shape(rot))
-    out = tf.cast(out, x.dtype)
+    half = rotary_dim // 2
+    a, b = (rot[..., :half], rot[..., half:]) if layout == "half" else (rot[..., 0::2], rot[..., 1::2])
+    # stacked on a new (2, r/2) or (r/2, 2) axis and reshaped: XLA's CPU loop fusion handles this
+    # without the per-element select that a concat of the halves compiles to (docs/performance.md)
+    out = tf.stack([a * cos - b * sin, b * cos + a * sin], -2 if layout == "half" else -1)
+    out = tf.reshape(tf.cast(out, x.dtype), tf.shape(rot))
     if rotary_dim == x.shape[-1]:
         return out
     return tf.concat([out, x[..., rotary_dim:]], axis=-1)
@@ -117,7 +145,11 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
     _check_shapes(x, positions)
-    cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout))
+    planned = _plan(rotary_dim, base, scaling, layout)
+    if planned[0].kind == "static" and positions.shape.num_elements() != 0:
+        cos, sin = _cached_cos_sin(positions, _table(rotary_dim, base, scaling), planned)
+    else:
+        cos, sin = _half_cos_sin(positions, *planned)
     return _rotate(x, cos, sin, rotary_dim, layout)
 
 
@@ -180,11 +212,7 @@ class RotaryEmbedding(keras.layers.Layer):
         if self._cache is None:
             cos, sin = _half_cos_sin(positions, *planned)
         else:
-            rows = self._cache[0].shape[0]
-            inside = (tf.reduce_min(positions) >= 0) & (tf.reduce_max(positions) < rows)
-            index = tf.clip_by_value(positions, 0, rows - 1)
-            cos, sin = tf.cond(inside, lambda: (tf.gather(self._cache[0], index), tf.gather(self._cache[1], index)),
-                               lambda: _half_cos_sin(positions, *planned))
+            cos, sin = _cached_cos_sin(positions, self._cache, planned)
         return _rotate(x, cos, sin, self.rotary_dim, cfg["layout"])
 
     def compute_output_shape(self, x_shape, positions_shape=None):

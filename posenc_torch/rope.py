@@ -8,6 +8,13 @@ Inputs in bfloat16/float16 are rotated in float32 and cast back.
 Sequence-length dependent scaling (`dynamic`, `longrope`) is computed in-graph from
 `seq_len = max(positions) + 1`, so `torch.compile(fullgraph=True)` traces it without a graph break
 and new positions never recompile.
+
+Speed (docs/performance.md): for the other scalings, cos/sin come from a float32 table computed once
+by the float64 spec per (parameters, device) and gathered by position, when every position lies in
+`[0, rows)` (rows: 4096, doubled on demand up to 65536 by eager calls); other positions take the precise
+in-graph reduction above. Eager rotation writes into one preallocated output with fused `mul` /
+`addcmul` on the half-size tables (no `rotate_half`, no `cat`); compiled, Inductor fuses the
+functional form into one kernel. `apply_rope(..., out=t)` writes into `t` (in place when `out is x`).
 """
 
 from __future__ import annotations
@@ -82,19 +89,152 @@ def _plan_cos_sin(positions, plan: _Plan):
     return _half_cos_sin(positions, turns, plan.scale)
 
 
-def _rotate(x, cos, sin, rotary_dim, layout):
-    """Rotate the first `rotary_dim` channels of `x` by half-size `cos`/`sin` (float32 math)."""
-    compute = torch.promote_types(x.dtype, torch.float32)
-    rot = x[..., :rotary_dim].to(compute)
-    cos, sin = cos.to(compute), sin.to(compute)
+_MIN_ROWS, _MAX_ROWS = 4096, 65536
+_TABLES: dict = {}
+
+
+@torch.compiler.assume_constant_result
+def _table(key, rows=_MIN_ROWS):
+    """`(cos, sin)` float32 `[rows', r/2]` (rows' >= rows when rows <= _MAX_ROWS) from the float64 spec, cached.
+
+    Under torch.compile this runs at trace time and the graph holds the tensors as constants, so
+    the spec is never traced and a compiled call never rebuilds the table.
+    """
+    rotary_dim, base, frozen, device = key
+    table = _TABLES.get(key)
+    if table is None or (table[0].shape[0] < rows <= _MAX_ROWS):
+        rows = max(_MIN_ROWS, 1 << (rows - 1).bit_length())
+        cos, sin = spec_rope_cos_sin(np.arange(rows), rotary_dim, base=base, scaling=_thaw(frozen))
+        half = rotary_dim // 2
+        table = _TABLES[key] = tuple(torch.as_tensor(t[:, :half], dtype=torch.float32, device=device)
+                                     for t in (cos, sin))
+    return table
+
+
+def _gather(positions, cos, sin):
+    index = positions.clamp(0, cos.shape[0] - 1)
+    return cos[index], sin[index]
+
+
+def _fast_cos_sin(positions, rotary_dim, base, scaling, computed):
+    """Half-size cos/sin: gathered from the spec table when all positions are inside it, else `computed(positions)`.
+
+    Eager: one host read of min/max decides (and grows the table up to _MAX_ROWS rows). Compiled:
+    `torch.cond` holds both branches, so a new position never recompiles.
+    """
+    key = (rotary_dim, float(base), _freeze(scaling), str(positions.device))
+    if torch.compiler.is_compiling():
+        cos, sin = _table(key)
+        inside = (positions.min() >= 0) & (positions.max() < cos.shape[0])
+        return torch.cond(inside, lambda p, c, s: _gather(p, c, s), lambda p, c, s: computed(p), (positions, cos, sin))
+    if positions.numel() == 0:
+        return computed(positions)
+    low, high = (int(v) for v in torch.aminmax(positions))  # one host read
+    cos, sin = _table(key, high + 1)
+    if low >= 0 and high < cos.shape[0]:
+        return _gather(positions, cos, sin)
+    return computed(positions)
+
+
+def _check_out(x, out):
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out must be a tensor of x's shape, dtype and device {(tuple(x.shape), x.dtype, x.device)}, "
+                         f"got {got}")
+    if out is not x and not torch.compiler.is_compiling() and (
+            out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
+        raise ValueError("out shares memory with x without being x; pass out=x for an in-place rotation")
+
+
+def _halves(t, rotary_dim, layout):
     if layout == "half":
-        a, b = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-        out = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)  # no rotate_half copy
-    else:
-        pairs = rot.unflatten(-1, (rotary_dim // 2, 2))
-        a, b = pairs[..., 0], pairs[..., 1]
-        out = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
-    out = out.to(x.dtype)
+        return t[..., : rotary_dim // 2], t[..., rotary_dim // 2: rotary_dim]
+    return t[..., 0:rotary_dim:2], t[..., 1:rotary_dim:2]
+
+
+# Elements per eager chunk: a chunk's float32 working set (8-16 MiB) stays in a server CPU's L3, and
+# there are few chunks, so few OpenMP regions (many small ones stall when another process holds a core).
+_CHUNK = 1 << 21
+
+
+def _chunks(x, out, cos, sin):
+    """`(x, out)` split along the flattened leading axes into cache-sized pieces, with `cos`/`sin`.
+
+    Only when the tables broadcast over those axes (they are `[seq, r/2]` or smaller) and both tensors
+    flatten without a copy; otherwise one piece. Each pass of the eager rotation then reads data
+    that the previous pass left in cache, instead of streaming the whole tensor from memory again.
+    """
+    if x.dim() < 3 or cos.dim() > 2 or x.numel() < 2 * _CHUNK:
+        return [(x, out)]
+    try:
+        x3, out3 = x.view(-1, *x.shape[-2:]), out.view(-1, *out.shape[-2:])
+    except RuntimeError:
+        return [(x, out)]
+    step = max(1, _CHUNK // (x.shape[-2] * x.shape[-1]))
+    return [(x3[i:i + step], out3[i:i + step]) for i in range(0, x3.shape[0], step)]
+
+
+def _rotate_eager(x, cos, sin, rotary_dim, layout, out):
+    """Eager rotation into `out` (fresh when None, may be `x`), float32 math, one rounding.
+
+    Float32 inputs: two fused passes per half (`mul`, `addcmul`) straight into the output, no copy
+    of x. Other dtypes: each chunk is upcast once into a reused float32 buffer, rotated there in
+    place and rounded once on the way into the output.
+    """
+    if out is None:
+        out = torch.empty_like(x)
+    if out is not x and rotary_dim < x.shape[-1]:
+        out[..., rotary_dim:] = x[..., rotary_dim:]
+    in_place, buffers = out is x, {}
+
+    def buffer(name, like):
+        shape = tuple(like.shape)
+        if name not in buffers or buffers[name].shape != shape:
+            buffers[name] = torch.empty(shape, dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
+        return buffers[name]
+
+    for xs, outs in _chunks(x, out, cos, sin):
+        (a, b), (o1, o2) = _halves(xs, rotary_dim, layout), _halves(outs, rotary_dim, layout)
+        if x.dtype == torch.float32 and not in_place:
+            torch.mul(a, cos, out=o1).addcmul_(b, sin, value=-1)
+            torch.mul(b, cos, out=o2).addcmul_(a, sin)
+            continue
+        if x.dtype == torch.float32:  # in place (the chunks of x and out are distinct views of the same memory)
+            work = outs
+        else:
+            work = buffer("work", xs[..., :rotary_dim]).copy_(xs[..., :rotary_dim])
+        a, b = _halves(work, rotary_dim, layout)
+        b_sin = torch.mul(b, sin, out=buffer("b_sin", b))  # kept before b changes
+        b.mul_(cos).addcmul_(a, sin)
+        a.mul_(cos).sub_(b_sin)
+        if work is not outs:
+            outs[..., :rotary_dim].copy_(work)
+    return out
+
+
+def _rotate(x, cos, sin, rotary_dim, layout, out=None):
+    """Rotate the first `rotary_dim` channels of `x` by half-size float32 `cos`/`sin` (into `out` if given)."""
+    differentiable = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)
+    if not torch.compiler.is_compiling() and not differentiable:
+        return _rotate_eager(x, cos, sin, rotary_dim, layout, out)
+    result = _rotate_functional(x, cos, sin, rotary_dim, layout)
+    return result if out is None else out.copy_(result)
+
+
+def _rotate_functional(x, cos, sin, rotary_dim, layout):
+    """The same rotation as one expression (autograd, and what Inductor fuses into one kernel).
+
+    Written as `x * [cos, cos] + flip(x) * [-sin, sin]` over a `(2, r/2)` (half) or `(r/2, 2)`
+    (interleaved) view: `flip` is an index remap, so Inductor emits one vectorised loop that can
+    write straight into `out=` (a `cat` of the halves needs masked loads and a temporary).
+    """
+    compute = torch.promote_types(x.dtype, torch.float32)
+    axis = -2 if layout == "half" else -1
+    pairs = x[..., :rotary_dim].to(compute).unflatten(-1, (2, rotary_dim // 2) if layout == "half" else
+                                                      (rotary_dim // 2, 2))
+    cos, sin = cos.to(compute), sin.to(compute)
+    out = pairs * torch.stack([cos, cos], axis) + pairs.flip(axis) * torch.stack([-sin, sin], axis)
+    out = out.flatten(-2).to(x.dtype)
     if rotary_dim == x.shape[-1]:
         return out
     return torch.cat([out, x[..., rotary_dim:]], dim=-1)
@@ -127,18 +267,30 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
     return expand(cos).to(dtype), expand(sin).to(dtype)
 
 
-def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+               out=None):
     """Rotate the first `rotary_dim` channels of `x`; see `posenc_np.apply_rope`.
 
     `positions` is an integer tensor broadcasting against `x.shape[:-1]` (float tensors raise).
-    Returns a tensor like `x`; half-precision inputs are rotated in float32.
+    Returns a tensor like `x`; half-precision inputs are rotated in float32 and rounded once.
+
+    `out` (PyTorch only): a tensor of x's shape, dtype and device to write the result into and
+    return, skipping the allocation of fresh output memory; `out=x` rotates in place. Another
+    tensor overlapping x raises ValueError. Eager in-place/`out=` calls are not differentiable
+    through `x` (use the default for training).
     """
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     positions = as_tensor(positions, device=x.device)
     _check_positions(positions)
     check_rope_shapes(x.shape, positions.shape)
-    cos, sin = _plan_cos_sin(positions, _Plan(rotary_dim, base, scaling, layout, x.device))
-    return _rotate(x, cos, sin, rotary_dim, layout)
+    if out is not None:
+        _check_out(x, out)
+    plan = _Plan(rotary_dim, base, scaling, layout, x.device)
+    if plan.kind == "static":
+        cos, sin = _fast_cos_sin(positions, rotary_dim, base, scaling, lambda p: _plan_cos_sin(p, plan))
+    else:
+        cos, sin = _plan_cos_sin(positions, plan)
+    return _rotate(x, cos, sin, rotary_dim, layout, out)
 
 
 def rope_permutation(head_dim, *, source, target, rotary_dim=None):
@@ -167,8 +319,9 @@ class RotaryEmbedding(torch.nn.Module):
     Cache use: positions inside `[0, max_len)` are gathered from the cache; if any position lies
     outside, the whole call computes its angles directly (float64 reduction, same accuracy). Eager
     calls decide with one host read; compiled calls use `torch.cond`, so the graph holds both paths and
-    never recompiles for a new length. `dynamic` and `longrope` scaling depend on the sequence length
-    and always compute directly (no cache).
+    never recompiles for a new length. Without `max_len` the module shares `apply_rope`'s spec table
+    (same rule: gathered inside it, computed outside). `dynamic` and `longrope` scaling depend on the
+    sequence length and always compute directly (no cache).
 
     `rotary_pct` (GPT-NeoX) needs `head_dim`; `rotary_dim = int(head_dim * rotary_pct)`.
     """
@@ -224,7 +377,9 @@ class RotaryEmbedding(torch.nn.Module):
         positions = as_tensor(positions, device=x.device)
         _check_positions(positions)
         check_rope_shapes(x.shape, positions.shape)
-        if self._cache is None:
+        if self._cache is None and self._spec.kind == "static":
+            cos, sin = _fast_cos_sin(positions, self.rotary_dim, self.base, self.scaling, self._computed)
+        elif self._cache is None:
             cos, sin = self._computed(positions)
         else:
             inside = (positions.min() >= 0) & (positions.max() < self.cos_cache.shape[0])

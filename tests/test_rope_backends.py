@@ -196,6 +196,122 @@ def test_torch_compile_fullgraph_never_recompiles_for_new_positions(kwargs):
     assert counter.frame_count == 1
 
 
+# --- the fast paths (docs/performance.md): spec tables, out=, decode ------------------------------------
+
+@pytest.mark.parametrize("layout, rotary_dim", [("half", None), ("interleaved", 8)], ids=["half", "partial-interleaved"])
+def test_apply_rope_across_the_table_end(backend, mode, jit_cache, layout, rotary_dim):
+    """Positions straddling row 4096 of the cos/sin table, and far beyond it, in one call signature."""
+    x = np.random.default_rng(9).standard_normal((2, 3, 6, 16)).astype(np.float32)
+    for positions in (np.arange(4092, 4098), np.arange(6) + 3, np.arange(6) + 16_000_000):
+        out = backend.call("apply_rope", (x, positions), {"layout": layout, "rotary_dim": rotary_dim}, mode=mode,
+                           cache=jit_cache, key=("rope-table-end", layout))
+        desired = pn.apply_rope(x.astype(np.float64), positions, layout=layout, rotary_dim=rotary_dim)
+        result = compare(out, desired, tolerance("float32", max_angle=float(positions.max()),
+                                                 scale=np.abs(desired).max()))
+        assert result.passed, (positions.max(), result)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("layout, rotary_dim", [("half", None), ("interleaved", 8)], ids=["half", "partial-interleaved"])
+@pytest.mark.parametrize("target", ["out", "in-place", "new"])
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
+def test_torch_apply_rope_out(monkeypatch, dtype, layout, rotary_dim, target, chunked):
+    """`out=` writes the result into the given tensor and returns it; `out=x` rotates in place.
+
+    `chunked` shrinks the eager path's chunk size so these small tensors take the chunk loop that
+    large ones take.
+    """
+    torch = pytest.importorskip("torch")
+    import posenc_torch as pt
+    from posenc_torch import rope as rope_module
+
+    if chunked:
+        monkeypatch.setattr(rope_module, "_CHUNK", 64)
+
+    x = torch.randn(2, 3, 6, 16, generator=torch.Generator().manual_seed(10)).to(getattr(torch, dtype))
+    positions = torch.tensor([0, 7, 4095, 4096, 70_000, 2])
+    kwargs = dict(layout=layout, rotary_dim=rotary_dim)
+    desired = pn.apply_rope(x.double().numpy(), positions.numpy(), **kwargs)
+    expected = pt.apply_rope(x, positions, **kwargs)
+    if target == "new":
+        out = pt.apply_rope(x, positions, **kwargs)
+    else:
+        out = x.clone() if target == "in-place" else torch.empty_like(x)
+        result = pt.apply_rope(out if target == "in-place" else x, positions, out=out, **kwargs)
+        assert result is out
+    if target != "in-place":
+        assert torch.equal(out, expected)  # the same kernels as the allocating call
+    check = compare(out.double().numpy(), desired, tolerance(dtype, max_angle=70_000, scale=np.abs(desired).max()))
+    assert check.passed, check
+
+
+def test_torch_apply_rope_out_errors():
+    torch = pytest.importorskip("torch")
+    import posenc_torch as pt
+
+    x = torch.randn(2, 6, 16)
+    for bad in (torch.empty(2, 6, 8), torch.empty(2, 6, 16, dtype=torch.float64), x[:, :, :]):
+        with pytest.raises(ValueError, match="out"):
+            pt.apply_rope(x, torch.arange(6), out=bad)
+
+
+def test_torch_apply_rope_differentiable():
+    torch = pytest.importorskip("torch")
+    import posenc_torch as pt
+
+    x = torch.randn(2, 6, 16, dtype=torch.float64, requires_grad=True)
+    positions = torch.arange(6) + 4090
+    assert torch.autograd.gradcheck(lambda x: pt.apply_rope(x.float(), positions).double(), (x,), eps=1e-3,
+                                     atol=1e-3)
+
+
+def test_torch_decode_step_compiles_once_and_reuses_the_table(monkeypatch):
+    """One token per step at a growing KV-cache offset: one graph, no spec-table build per call."""
+    torch = pytest.importorskip("torch")
+    from torch._dynamo.testing import CompileCounter
+
+    import posenc_torch as pt
+    from posenc_torch import rope as rope_module
+
+    counter = CompileCounter()
+    step = torch.compile(lambda q, offset: pt.apply_rope(q, offset + torch.arange(1)), backend=counter,
+                         fullgraph=True, dynamic=False)
+    q = torch.randn(2, 4, 1, 16)
+    step(q, torch.tensor(4094))
+    builds = []
+    monkeypatch.setattr(rope_module, "spec_rope_cos_sin", lambda *a, **k: builds.append(a) or pn.rope_cos_sin(*a, **k))
+    for offset in (4095, 4096, 4097, 100_000, 3):  # inside the table, past its end, back
+        out = step(q, torch.tensor(offset))
+        desired = pn.apply_rope(q.double().numpy(), np.array([offset]))
+        assert compare(out.numpy(), desired, tolerance("float32", max_angle=offset, scale=np.abs(desired).max())).passed
+    assert counter.frame_count == 1 and builds == []
+
+
+def test_jax_and_tf_decode_steps_trace_once():
+    """Under jax.jit and tf.function(jit_compile=True) the KV-cache offset is data: one trace for
+    offsets inside the 4096-row table, past its end and far beyond it."""
+    jax = pytest.importorskip("jax")
+    tf = pytest.importorskip("tensorflow")
+    import posenc_jax as pj
+    import posenc_tf as ptf
+
+    traces = []
+    q = np.random.default_rng(11).standard_normal((2, 4, 1, 16)).astype(np.float32)
+
+    def jax_step(q, offset):
+        traces.append("jax")
+        return pj.apply_rope(q, offset + jax.numpy.arange(1))
+
+    jax_step = jax.jit(jax_step)
+    tf_step = tf.function(lambda q, offset: ptf.apply_rope(q, offset + tf.range(1)), jit_compile=True)
+    for offset in (4095, 4096, 100_000, 3):
+        desired = pn.apply_rope(q.astype(np.float64), np.array([offset]))
+        tol = tolerance("float32", max_angle=offset, scale=np.abs(desired).max())
+        for out in (jax_step(q, np.int32(offset)), tf_step(q, tf.constant(offset, tf.int32))):
+            assert compare(np.asarray(out), desired, tol).passed
+    assert traces == ["jax"] and tf_step.experimental_get_tracing_count() == 1
+
+
 # --- Keras specifics ---------------------------------------------------------------------------------
 
 def test_keras_layer_config_roundtrip_and_bf16_policy(tmp_path):
