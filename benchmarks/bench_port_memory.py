@@ -34,7 +34,7 @@ MIB = 1 << 20
 _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from posenc_np.port import cli
+from posenc_np import cli
 from posenc_np.port.formats import open_reader
 argv = json.loads(sys.argv[1])
 start = time.perf_counter()

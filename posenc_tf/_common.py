@@ -14,7 +14,8 @@ from posenc_np._dtypes import dtype_name  # noqa: E402
 if keras.backend.backend() != "tensorflow":  # the layers call TensorFlow ops directly
     raise ImportError(f"posenc_tf needs KERAS_BACKEND=tensorflow, keras is using {keras.backend.backend()!r}")
 
-__all__ = ["resolve_dtype", "as_tensor", "is_symbolic", "register_serializable", "spec_constant"]
+__all__ = ["resolve_dtype", "as_tensor", "is_symbolic", "register_serializable", "spec_constant",
+           "bias_output_shape"]
 
 
 def resolve_dtype(dtype) -> tf.DType:
@@ -51,3 +52,12 @@ def spec_constant(key, make, *, dtype=tf.float32):
             value = tf.constant(make(), dtype=dtype)
         _CONSTANTS[full_key] = value
     return value
+
+
+def bias_output_shape(num_heads, q_positions_shape, k_positions_shape):
+    """`[*batch, heads, q, k]` for position shapes `[*batch, q]` and `[*batch, k]` (Keras shape inference)."""
+    import numpy as np
+
+    lead = np.broadcast_shapes(tuple(1 if d is None else d for d in q_positions_shape[:-1]),
+                               tuple(1 if d is None else d for d in k_positions_shape[:-1]))
+    return (*lead, num_heads, q_positions_shape[-1], k_positions_shape[-1])

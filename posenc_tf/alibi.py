@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from posenc_np._validate import check_integer_positions
 from posenc_np.alibi import alibi_slopes as _spec_slopes
 from posenc_np.alibi import check_alibi_args, check_position_pair
 
-from ._common import as_tensor, is_symbolic, register_serializable, resolve_dtype, spec_constant
+from ._common import as_tensor, is_symbolic, register_serializable, resolve_dtype, spec_constant, bias_output_shape
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
 
@@ -86,10 +85,7 @@ class ALiBi(keras.layers.Layer):
         return tf.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, q_positions_shape, k_positions_shape):
-        q_shape, k_shape = q_positions_shape, k_positions_shape
-        lead = np.broadcast_shapes(tuple(1 if d is None else d for d in q_shape[:-1]),
-                                   tuple(1 if d is None else d for d in k_shape[:-1]))
-        return (*lead, self.num_heads, q_shape[-1], k_shape[-1])
+        return bias_output_shape(self.num_heads, q_positions_shape, k_positions_shape)
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "form": self.form}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from posenc_np._validate import check_integer_positions, check_positive_int, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import as_tensor, is_symbolic, register_serializable, spec_constant
+from ._common import as_tensor, is_symbolic, register_serializable, spec_constant, bias_output_shape
 from .alibi import position_pair
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
@@ -84,10 +83,7 @@ class T5RelativeBias(keras.layers.Layer):
         return tf.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, q_positions_shape, k_positions_shape):
-        q_shape, k_shape = q_positions_shape, k_positions_shape
-        lead = np.broadcast_shapes(tuple(1 if d is None else d for d in q_shape[:-1]),
-                                   tuple(1 if d is None else d for d in k_shape[:-1]))
-        return (*lead, self.num_heads, q_shape[-1], k_shape[-1])
+        return bias_output_shape(self.num_heads, q_positions_shape, k_positions_shape)
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "bidirectional": self.bidirectional,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from posenc_np import permute_qk_rows, rope_cos_sin, sinusoidal
-from posenc_np.port import cli as port_cli
+from posenc_np import cli as port_cli
 
 P = np.arange(64)
 DIM = 32

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from posenc_np import apply_rope, permute_qk_rows, resize_table
-from posenc_np.port import cli as port_cli
+from posenc_np import cli as port_cli
 from posenc_np.port import mapping
 from posenc_np.port.formats import open_reader
 from posenc_np.testing import compare, tolerance

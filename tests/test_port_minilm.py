@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from posenc_np import resize_table
-from posenc_np.port import cli as port_cli
+from posenc_np import cli as port_cli
 from posenc_np.port.formats import open_reader
 from posenc_np.port.presets import bert_embeddings_reference, keras_bert_embeddings
 from posenc_np.testing import compare, tolerance

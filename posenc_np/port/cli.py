@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 from .._errors import UsageError
 from ..rope import ROPE_LAYOUTS, scaling_from_hf_config
 from .mapping import Rules
 from .presets import PRESETS, get_preset
 
-__all__ = ["add_subcommands", "cmd_port", "cmd_doctor", "main"]
+__all__ = ["add_subcommands", "cmd_port", "cmd_doctor"]
 
 
 def _pair(value, what, convert=str):
@@ -186,22 +184,3 @@ def add_subcommands(subparsers) -> None:
     doctor.add_argument("b", metavar="B")
     doctor.add_argument("--json", metavar="REPORT", help="write the diagnosis as JSON")
     doctor.set_defaults(func=cmd_doctor)
-
-
-def main(argv=None) -> int:
-    """`posenc port|doctor ...` without the rest of the CLI (what `posenc_np.cli.main` does for them)."""
-    parser = argparse.ArgumentParser(prog="posenc")
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    try:
-        return args.func(args)
-    except UsageError as error:
-        print(f"posenc {args.command}: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -80,7 +80,7 @@ def _format(rows, header=_COLUMNS):
 
 
 def markdown_table(records) -> str:
-    lines = [f"# posenc check report", "", summary_line(records), "",
+    lines = ["# posenc check report", "", summary_line(records), "",
              "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
     lines += ["| " + " | ".join(_row(r)) + " |" for r in _sorted(records)]
     return "\n".join(lines) + "\n"
