@@ -84,3 +84,17 @@ def jit_cache():
 
 def backend_module(name):
     return adapter(name).module
+
+
+def keras_bias_round_trip(layer, seq_len, path):
+    """Save a model around a (q_positions, k_positions) Keras layer as .keras, load it without
+    custom_objects, and return (model output, loaded output, loaded layer) for the same positions."""
+    import keras
+    import numpy as np
+
+    positions = keras.Input(shape=(seq_len,), dtype="int32", batch_size=1)
+    model = keras.Model(positions, layer(positions, positions))
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    x = np.arange(seq_len)[None].astype(np.int32)
+    return np.asarray(model(x)), np.asarray(loaded(x)), loaded.layers[-1]

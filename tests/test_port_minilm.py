@@ -42,22 +42,22 @@ def test_checkpoint_names(minilm):
     assert reader.shape("encoder.layer.5.attention.self.query.weight") == (384, 384)
 
 
-@pytest.fixture(scope="module")
-def flax_port(minilm, tmp_path_factory):
+def _port(minilm, tmp_path_factory, name, target, preset):
     path, _ = minilm
-    out = tmp_path_factory.mktemp("flax")
-    status = port_cli.main(["port", path, str(out / "minilm.msgpack"), "--preset", "hf-bert-to-flax",
+    out = tmp_path_factory.mktemp(name)
+    status = port_cli.main(["port", path, str(out / target), "--preset", preset,
                             "--resize-positions", str(NEW_LEN), "--json", str(out / "report.json")])
     return status, out
+
+
+@pytest.fixture(scope="module")
+def flax_port(minilm, tmp_path_factory):
+    return _port(minilm, tmp_path_factory, "flax", "minilm.msgpack", "hf-bert-to-flax")
 
 
 @pytest.fixture(scope="module")
 def keras_port(minilm, tmp_path_factory):
-    path, _ = minilm
-    out = tmp_path_factory.mktemp("keras")
-    status = port_cli.main(["port", path, str(out / "minilm.weights.h5"), "--preset", "hf-bert-to-keras",
-                            "--resize-positions", str(NEW_LEN), "--json", str(out / "report.json")])
-    return status, out
+    return _port(minilm, tmp_path_factory, "keras", "minilm.weights.h5", "hf-bert-to-keras")
 
 
 @pytest.mark.parametrize("which", ["flax", "keras"])
