@@ -34,8 +34,8 @@ MIB = 1 << 20
 _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from posenc_np import cli
-from posenc_np.port.formats import open_reader
+from posenc import cli
+from posenc.port.formats import open_reader
 argv = json.loads(sys.argv[1])
 start = time.perf_counter()
 if argv[0] == "baseline":
@@ -55,7 +55,7 @@ def _generate(path, shapes, seed=0):
     by a parent that never held much memory: the generation runs in its own child.
     """
     code = (f"import sys, json, numpy as np; sys.path.insert(0, {ROOT!r})\n"
-            "from posenc_np.port.formats import write_checkpoint\n"
+            "from posenc.port.formats import write_checkpoint\n"
             "shapes = json.loads(sys.argv[2])\n"
             "def thunk(shape, i):\n"
             f"    return lambda: np.random.default_rng({seed} + i).standard_normal(shape, dtype=np.float32) * 0.02\n"

@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from posenc_np.rope import rope_angle_error, rope_plan  # noqa: E402
-from posenc_np.suite.backends import adapter  # noqa: E402
+from posenc.adapters import adapter  # noqa: E402
 
 STARTS = (10_000, 100_000, 1_000_000, 16_000_000)
 ROTARY_DIM = 128

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from posenc_np.suite.backends import BackendUnavailable, adapter
+from posenc.adapters import BackendUnavailable, adapter
 
 ALL_BACKENDS = ("torch", "tf", "jax")
 DTYPES = ("float32", "bfloat16", "float16")

@@ -1,0 +1,84 @@
+"""What `posenc check` compares: a registry of cases, one per (encoding, convention, case set).
+
+A case builds NumPy inputs for one dtype; the suite feeds the same inputs to the float64 spec and to
+each backend (eager and jit) and compares with the tolerance the case derives from the spec result.
+Encodings register their cases in their own module (`cases_absolute.py`, `cases_rope.py`, ...);
+`all_cases()` imports them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from posenc_np.conventions import FAMILY_OF_ENCODING
+from posenc_np.testing import Tolerance
+
+__all__ = ["Case", "register", "all_cases", "CASE_MODULES"]
+
+#: Modules that register cases, in report order.
+CASE_MODULES = ("cases_absolute", "cases_rope", "cases_bias", "cases_grad")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One comparison, run for every backend x dtype x mode.
+
+    Attributes:
+        encoding: the contract function called on every package ("sinusoidal", "apply_rope", ...), or
+            a function of the case's own when `fn` is given.
+        convention: a `posenc_np.conventions` name, or a variant tag ("yarn", "linear-cubic") when no
+            named convention applies.
+        case: the case set ("short", "long", "kv-offset", "per-row", "left-pad", "broadcast", "grad").
+        make: `(rng, dtype) -> (args, kwargs)`: NumPy inputs; float inputs already in `dtype`
+            (`ml_dtypes.bfloat16` for bfloat16); a `dtype=` keyword, if any, as the dtype name string.
+        tol: `(desired_float64, dtype) -> Tolerance`, or `(desired_float64, dtype, args) -> Tolerance` when
+            `tol_needs_inputs` (a bound that depends on the inputs, e.g. a gradient's cotangent).
+        fn: `(package_module, *args, **kwargs) -> array` when the comparison is not a single contract
+            call (a module, a gradient, an attention path); it is run on the spec with `posenc_np`.
+        dtypes: the dtypes this case applies to (default: all of the suite's).
+        description: one line for the report.
+    """
+
+    encoding: str
+    convention: str
+    case: str
+    make: Callable
+    tol: Callable[[np.ndarray, str], Tolerance]
+    fn: Callable | None = None
+    dtypes: tuple = ("float32", "bfloat16", "float16")
+    description: str = ""
+    modes: tuple = ("eager", "jit")
+    tags: tuple = field(default_factory=tuple)
+    tol_needs_inputs: bool = False
+
+    @property
+    def family(self) -> str:
+        return FAMILY_OF_ENCODING.get(self.encoding, self.encoding)
+
+    @property
+    def id(self) -> str:
+        return f"{self.family}/{self.convention}/{self.case}"
+
+
+_CASES: list[Case] = []
+
+
+def register(case: Case) -> Case:
+    if any(c.id == case.id for c in _CASES):
+        raise ValueError(f"case {case.id!r} is registered twice")
+    _CASES.append(case)
+    return case
+
+
+def all_cases() -> list[Case]:
+    for name in CASE_MODULES:
+        try:
+            importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as error:  # an encoding family not written yet; anything else raises
+            if error.name != f"{__package__}.{name}":
+                raise
+    return list(_CASES)

@@ -1,0 +1,198 @@
+"""Run the registered cases through the backends and collect one record per comparison."""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from posenc_np._dtypes import numpy_dtype
+from posenc_np.testing import compare
+from ..adapters import BackendUnavailable, adapter
+from .registry import Case
+
+__all__ = ["Record", "run", "terminal_progress"]
+
+
+@dataclass
+class Record:
+    encoding: str
+    family: str
+    convention: str
+    case: str
+    backend: str
+    dtype: str
+    mode: str
+    status: str  # "pass", "fail", "error", "skip"
+    max_abs_err: float | None = None
+    err_in_tol: float | None = None
+    worst_index: list = field(default_factory=list)
+    tol: float | None = None
+    tol_why: str = ""
+    message: str = ""
+    seconds: float = 0.0
+    description: str = ""
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def _is_float(a):
+    return isinstance(a, np.ndarray) and (a.dtype.kind == "f" or a.dtype == numpy_dtype("bfloat16"))
+
+
+def _spec_args(args, kwargs):
+    args64 = tuple(a.astype(np.float64) if _is_float(a) else a for a in args)
+    kwargs64 = {k: (None if k == "dtype" else v) for k, v in kwargs.items()}
+    return args64, kwargs64
+
+
+def _seed(seed: int, case: Case, dtype: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(f"{case.id}|{dtype}".encode())])
+
+
+def _spec_call(case: Case, args, kwargs):
+    import posenc_np
+
+    args64, kwargs64 = _spec_args(args, kwargs)
+    if case.fn is not None:
+        return case.fn(posenc_np, *args64, **kwargs64)
+    return getattr(posenc_np, case.encoding)(*args64, **kwargs64)
+
+
+def _as_float64(out):
+    if isinstance(out, (tuple, list)):
+        return np.concatenate([np.asarray(o, np.float64).ravel() for o in out])
+    return np.asarray(out, np.float64)
+
+
+def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, jit_cache=None):
+    """Compare every case x backend x dtype x mode; returns a list of `Record`s.
+
+    A backend whose framework is not installed is skipped, unless it is in `require` (then every
+    comparison it would have run is an error). A backend that is installed but fails to import is
+    always an error: a broken install must not pass as a skip.
+    """
+    records: list[Record] = []
+    jit_cache = {} if jit_cache is None else jit_cache
+    plan = [(case, dtype, backend, mode) for case in cases for dtype in dtypes if dtype in case.dtypes
+            for backend in backends for mode in modes if mode in case.modes]
+    broken: dict[str, str] = {}
+    for backend in backends:
+        a = adapter(backend)
+        if not a.available():
+            broken[backend] = ("required backend is not installed" if backend in require
+                               else "not installed")
+            continue
+        try:
+            a.module
+        except BackendUnavailable as error:
+            broken[backend] = str(error)
+    specs: dict = {}
+    for n, (case, dtype, backend, mode) in enumerate(plan, 1):
+        if progress:
+            progress(n, len(plan), f"{case.id} {backend} {dtype} {mode}")
+        base = dict(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case,
+                    backend=backend, dtype=dtype, mode=mode, description=case.description)
+        if backend in broken:
+            skipped = broken[backend] == "not installed"
+            records.append(Record(**base, status="skip" if skipped else "error", message=broken[backend]))
+            continue
+        if (case.id, dtype) not in specs:
+            args, kwargs = case.make(_seed(seed, case, dtype), dtype)
+            desired = _as_float64(_spec_call(case, args, kwargs))
+            tol = case.tol(desired, dtype, args) if case.tol_needs_inputs else case.tol(desired, dtype)
+            specs[(case.id, dtype)] = (args, kwargs, desired, tol)
+        args, kwargs, desired, tol = specs[(case.id, dtype)]
+        started = time.perf_counter()
+        try:
+            out = adapter(backend).call(case.fn or case.encoding, args, kwargs, mode=mode, cache=jit_cache,
+                                        key=(case.id, dtype))
+            result = compare(_as_float64(out), desired, tol)
+        except Exception as error:  # one failing backend must not hide the rest of the matrix
+            records.append(Record(**base, status="error", tol=tol.atol, tol_why=tol.why,
+                                  message=f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
+                                  seconds=time.perf_counter() - started))
+            continue
+        records.append(Record(**base, status="pass" if result.passed else "fail", max_abs_err=result.max_abs_err,
+                              err_in_tol=result.err_in_tol, worst_index=list(result.worst_index), tol=result.atol,
+                              tol_why=result.tol_why, message=result.message,
+                              seconds=time.perf_counter() - started))
+    return records
+
+
+def terminal_progress(stream=sys.stderr):
+    """A one-line progress display for a terminal; None (silent) when `stream` is not a tty."""
+    if not stream.isatty():
+        return None
+    started = time.perf_counter()
+
+    def show(n, total, what):
+        elapsed = time.perf_counter() - started
+        stream.write(f"\r\033[K[{n}/{total} {elapsed:5.1f}s] {what}"[:150])
+        if n == total:
+            stream.write("\r\033[K")
+        stream.flush()
+
+    return show
+
+
+def _run_group(case_ids, backends, dtypes, modes, seed, require, environ):
+    """Worker: one process per backend group, so frameworks never share an interpreter or a core."""
+    import os
+
+    os.environ.update(environ)
+    from .registry import all_cases
+
+    wanted = set(case_ids)
+    cases = [c for c in all_cases() if c.id in wanted]
+    return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require)
+
+
+#: Relative cost of a backend in a suite run, measured on a 2-core CPU (JAX's eager mode dispatches and
+#: compiles every primitive per shape; TF's XLA compiles are cheap).
+_COST = {"jax": 1.4, "torch": 1.0, "tf": 0.8, "numpy": 0.1}
+
+
+def _balanced_groups(backends, jobs):
+    groups = [[] for _ in range(min(jobs, len(backends)))]
+    load = [0.0] * len(groups)
+    for backend in sorted(backends, key=lambda b: -_COST.get(b, 1.0)):
+        i = load.index(min(load))
+        groups[i].append(backend)
+        load[i] += _COST.get(backend, 1.0)
+    return [g for g in groups if g]
+
+
+def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, progress=None):
+    """`run` with the backends split over `jobs` processes (spawned, one framework set each).
+
+    Compilation dominates a suite run and is CPU-bound, so on a 2-core machine two processes halve
+    the wall time. Records come back in the sequential order.
+    """
+    import concurrent.futures
+    import multiprocessing
+    import os
+
+    groups = _balanced_groups(backends, jobs)
+    if len(groups) < 2:
+        return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
+                   progress=progress)
+    environ = {k: v for k, v in os.environ.items() if k.startswith(("POSENC_", "TF_", "KERAS_", "JAX_", "XLA_"))}
+    ids = [c.id for c in cases]
+    context = multiprocessing.get_context("spawn")
+    records = []
+    with concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=context) as pool:
+        futures = {pool.submit(_run_group, ids, group, dtypes, modes, seed, list(require), environ): group
+                   for group in groups}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            records += future.result()
+            if progress:
+                progress(done, len(groups), f"backends {','.join(futures[future])} done")
+    order = {(c.id, d, b, m): n for n, (c, d, b, m) in enumerate(
+        (c, d, b, m) for c in cases for d in dtypes for b in backends for m in modes)}
+    return sorted(records, key=lambda r: order.get((f"{r.family}/{r.convention}/{r.case}", r.dtype, r.backend,
+                                                    r.mode), 0))

@@ -1,0 +1,186 @@
+"""`posenc port` and `posenc doctor` (added to the `posenc` command line by posenc_np/cli.py)."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import UsageError
+from posenc_np.rope import ROPE_LAYOUTS, scaling_from_hf_config
+from .mapping import Rules
+from .presets import PRESETS, get_preset
+
+__all__ = ["add_subcommands", "cmd_port", "cmd_doctor"]
+
+
+def _pair(value, what, convert=str):
+    if "=" not in value:
+        raise UsageError(f"{what} {value!r}: expected PATTERN=VALUE")
+    left, right = value.rsplit("=", 1)
+    try:
+        return left, convert(right)
+    except ValueError:
+        raise UsageError(f"{what} {value!r}: {right!r} is not a valid value") from None
+
+
+def _positive(value):
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+def rules_from_args(args) -> Rules:
+    """The conversion options of `posenc port` as `Rules`."""
+    splits = []
+    for value in args.split_qkv or ():
+        glob, templates = _pair(value, "--split-qkv")
+        parts = templates.split(",")
+        if len(parts) != 3 or not args.heads:
+            raise UsageError(f"--split-qkv {value!r}: needs three target names (q,k,v) and --heads")
+        splits.append((glob, parts, None, ("q", "k", "v")))  # rows from --heads / --kv-heads
+    rules = Rules(rename=[_pair(v, "--rename") for v in args.rename or ()], drop=list(args.drop or ()),
+                  transpose=list(args.transpose or ()) + list(args.t5_bias or ()),
+                  strip=[_pair(v, "--strip-offset", _positive) for v in args.strip_offset or ()],
+                  pad=[_pair(v, "--add-offset", _positive) for v in args.add_offset or ()],
+                  resize=[(*_pair(v, "--resize", _positive), args.resize_method) for v in args.resize or ()],
+                  reverse=list(args.reverse or ()), rope_q=list(args.rope_q or ()), rope_k=list(args.rope_k or ()),
+                  heads=args.heads, kv_heads=args.kv_heads, rope_from=args.rope_from, rope_to=args.rope_to,
+                  rotary_dim=args.rotary_dim)
+    layout = args.t5_source_layout
+    other = "buckets-heads" if layout == "heads-buckets" else "heads-buckets"
+    rules.tags = [(g, {"t5": {"source_layout": layout, "target_layout": other}}) for g in args.t5_bias or ()]
+    rules.split = splits
+    return rules
+
+
+def _rope_settings(args, rules):
+    """Base, scaling and rotary_dim for verification and the sidecar (flags, else --hf-config)."""
+    found = {}
+    if args.hf_config:
+        try:
+            found = scaling_from_hf_config(args.hf_config)
+        except (ValueError, TypeError) as error:
+            raise UsageError(f"--hf-config: {error}") from None
+    scaling = args.rope_scaling if args.rope_scaling is not None else found.get("scaling")
+    base = args.rope_theta or found.get("base") or 10000.0
+    rotary_dim = args.rotary_dim or (found.get("rotary_dim") if args.hf_config else None)
+    return dict(base=float(base), scaling=scaling, rotary_dim=rotary_dim, source=rules.rope_from,
+                target=rules.rope_to)
+
+
+def _check_report_path(path):
+    """Fail before any work when --json cannot be written (the port itself would already be done)."""
+    import os
+
+    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UsageError(f"cannot write --json {path!r}: its directory does not exist")
+
+
+def cmd_port(args) -> int:
+    from .core import port, report_text
+
+    _check_report_path(args.json)
+    if args.rope_scaling is not None:
+        try:
+            args.rope_scaling = json.loads(args.rope_scaling)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--rope-scaling {args.rope_scaling!r} is not JSON: {error}") from None
+    conversion_flags = [f for f in ("rename", "drop", "transpose", "split_qkv", "strip_offset", "add_offset", "resize",
+                                    "reverse", "rope_q", "rope_k", "t5_bias") if getattr(args, f)]
+    if args.resize_positions is not None and args.preset not in ("hf-bert-to-flax", "hf-bert-to-keras"):
+        raise UsageError("--resize-positions belongs to the BERT presets; use --resize GLOB=LEN otherwise")
+    if args.preset:
+        if conversion_flags:
+            raise UsageError(f"--preset {args.preset} takes no conversion options (got --"
+                             f"{', --'.join(f.replace('_', '-') for f in conversion_flags)})")
+        from .formats import open_reader
+
+        preset = get_preset(args.preset, open_reader(args.source), args)
+        kwargs = dict(rope=preset.rope, sidecar=preset.sidecar, extra=preset.extra, metadata=preset.metadata,
+                      target_format=preset.target_format)
+        rules = preset.rules
+    else:
+        rules = rules_from_args(args)
+        rope = _rope_settings(args, rules) if rules.rope_from else None
+        sidecar = None
+        if rope or args.rope_theta or args.rope_scaling is not None or args.hf_config:
+            settings = _rope_settings(args, rules)
+            sidecar = {"rope": {"layout": rules.rope_to, "base": settings["base"], "rotary_dim": settings["rotary_dim"],
+                                "scaling": settings["scaling"], "num_heads": rules.heads,
+                                "num_kv_heads": rules.kv_heads or rules.heads, "source_layout": rules.rope_from}}
+        kwargs = dict(rope=rope, sidecar=sidecar)
+    result = port(args.source, args.target, rules, seed=args.seed, **kwargs)
+    print(report_text(result))
+    if args.json:
+        from .core import write_json
+
+        write_json(args.json, result.as_dict())
+    return 0 if result.verified else 1
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import diagnose_files
+
+    _check_report_path(args.json)
+    diagnosis = diagnose_files(args.a, args.b)
+    print(diagnosis.text())
+    if args.json:
+        from .core import write_json
+
+        write_json(args.json, diagnosis.as_dict())
+    return 0 if diagnosis.explained else 1
+
+
+def add_subcommands(subparsers) -> None:
+    port = subparsers.add_parser(
+        "port", help="convert a checkpoint between frameworks and conventions, then verify it",
+        description="Convert SOURCE into TARGET (format from the name: .safetensors, .npz, .pt/.bin, .weights.h5, "
+                    ".msgpack), verify the encodings numerically, and write TARGET only when verified (exit 0). "
+                    "A failed verification keeps the output as TARGET.unverified and exits 1; bad input exits 2 "
+                    "and writes nothing. Globs match SOURCE names; '*' matches any text, dots included.")
+    port.add_argument("source", metavar="SOURCE")
+    port.add_argument("target", metavar="TARGET")
+    port.add_argument("--preset", help=f"a known port: {', '.join(PRESETS)}")
+    port.add_argument("--json", metavar="REPORT", help="write the verification report as JSON")
+    port.add_argument("--seed", type=int, default=0, help="seed of the random probes")
+    g = port.add_argument_group("conversion options (instead of --preset)")
+    g.add_argument("--rename", action="append", metavar="SRC=DST", help="rename; DST's '*'s take SRC's matches")
+    g.add_argument("--drop", action="append", metavar="GLOB", help="leave these tensors out")
+    g.add_argument("--transpose", action="append", metavar="GLOB",
+                   help="transpose (torch Linear [out, in] <-> Keras/Flax Dense kernel [in, out]); never implied")
+    g.add_argument("--split-qkv", action="append", metavar="GLOB=Q,K,V",
+                   help="split a fused QKV weight by rows into three tensors (q: heads, k and v: kv heads)")
+    g.add_argument("--rope-q", action="append", metavar="GLOB", help="q projections to permute (--heads heads)")
+    g.add_argument("--rope-k", action="append", metavar="GLOB", help="k projections to permute (--kv-heads heads)")
+    g.add_argument("--rope-from", choices=ROPE_LAYOUTS, help="RoPE layout of SOURCE")
+    g.add_argument("--rope-to", choices=ROPE_LAYOUTS, help="RoPE layout of TARGET")
+    g.add_argument("--heads", type=int, help="query heads")
+    g.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention; default --heads)")
+    g.add_argument("--rotary-dim", type=int, help="rotated channels per head (partial rotary; default all)")
+    g.add_argument("--rope-theta", type=float, help="RoPE base, for verification and the sidecar")
+    g.add_argument("--rope-scaling", metavar="JSON", help="HF rope_scaling dict, for verification and the sidecar")
+    g.add_argument("--hf-config", metavar="CONFIG_JSON", help="read base, scaling and rotary dim from an HF config")
+    g.add_argument("--strip-offset", action="append", metavar="GLOB=N",
+                   help="drop the first N rows of a position table (RoBERTa/fairseq 2 -> 0-based)")
+    g.add_argument("--add-offset", action="append", metavar="GLOB=N",
+                   help="prepend N zero rows (0-based -> RoBERTa/fairseq)")
+    g.add_argument("--resize", action="append", metavar="GLOB=LEN", help="resize a position table to LEN rows")
+    g.add_argument("--resize-positions", type=int, metavar="LEN",
+                   help="(BERT presets) resize embeddings.position_embeddings to LEN rows")
+    g.add_argument("--resize-method", choices=("linear", "nearest", "cubic"), default="linear")
+    g.add_argument("--reverse", action="append", metavar="GLOB",
+                   help="reverse the rows of a relative table (HF BERT relative_key <-> Shaw)")
+    g.add_argument("--t5-bias", action="append", metavar="GLOB",
+                   help="a T5 relative bias table to transpose ([heads, buckets] <-> [buckets, heads]) and verify")
+    g.add_argument("--t5-source-layout", choices=("heads-buckets", "buckets-heads"), default="heads-buckets",
+                   help="how SOURCE stores --t5-bias tables (t5x/Mesh: heads-buckets; HF: buckets-heads)")
+    port.set_defaults(func=cmd_port)
+
+    doctor = subparsers.add_parser(
+        "doctor", help="name the known convention mismatch between two tables or weights",
+        description="Compare A and B (.npy, or single-tensor .safetensors) and name the known mismatch that "
+                    "explains their difference. Exit 0 identical or explained, 1 unexplained, 2 bad input.")
+    doctor.add_argument("a", metavar="A")
+    doctor.add_argument("b", metavar="B")
+    doctor.add_argument("--json", metavar="REPORT", help="write the diagnosis as JSON")
+    doctor.set_defaults(func=cmd_doctor)

@@ -1,0 +1,167 @@
+"""`port()`: plan, write atomically, verify, then commit (or keep aside as unverified)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UsageError
+from .formats import atomic_target, detect_format, open_reader, write_checkpoint
+from .mapping import build_plan
+from .verify import Check, verify_plan
+
+__all__ = ["port", "PortResult", "UNVERIFIED_SUFFIX", "report_text", "write_json"]
+
+UNVERIFIED_SUFFIX = ".unverified"
+# the framework whose backend recomputes the encodings on a target of each format
+FRAMEWORK_OF = {"safetensors": "torch", "pt": "torch", "keras-h5": "tf", "msgpack": "jax", "npz": None}
+
+
+@dataclass
+class PortResult:
+    source: str
+    target: str
+    written: str | None          # TARGET, TARGET.unverified, or None
+    verified: bool
+    entries: list
+    checks: list = field(default_factory=list)
+    sidecar: str | None = None
+    rope: dict | None = None     # the RoPE settings the logits check rotated with
+
+    def as_dict(self):
+        return {"source": self.source, "target": self.target, "written": self.written, "verified": self.verified,
+                "tensors": [{"target": e.target, "source": e.source, "shape": list(e.shape), "dtype": e.dtype,
+                             "conversions": [str(op) for op in e.ops]} for e in self.entries],
+                "checks": [c.as_dict() for c in self.checks], "sidecar": self.sidecar, "rope": self.rope,
+                "max_err_in_tol": max((c.max_abs_err / c.atol if c.atol else (0.0 if c.max_abs_err == 0 else
+                                       float("inf")) for c in self.checks), default=0.0)}
+
+
+def _same_file(a, b):
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    return os.path.exists(b) and os.path.samefile(a, b)
+
+
+def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=None, target_format=None,
+         seed=0) -> PortResult:
+    """Convert SOURCE into TARGET by `rules` (`mapping.Rules`), verify, and write TARGET only if verified.
+
+    A failed verification keeps the written file as `TARGET.unverified` (TARGET itself is not touched)
+    so the numbers can be inspected; every UsageError leaves nothing behind.
+    """
+    source, target = str(source), str(target)
+    reader = open_reader(source)
+    if _same_file(source, target):
+        raise UsageError(f"TARGET {target!r} is SOURCE: posenc never overwrites its input")
+    if os.path.isdir(target):
+        raise UsageError(f"TARGET {target!r} is a directory; name the output file")
+    fmt = detect_format(target)
+    if target_format and fmt != target_format:
+        raise UsageError(f"this preset writes {target_format}; TARGET {target!r} names {fmt}")
+    entries = build_plan(reader, rules)
+    if rope is not None:
+        rope = _check_rope(rope, entries, sidecar)
+    with atomic_target(target) as tmp:
+        try:
+            write_checkpoint(tmp.tmp, fmt, [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader))
+                                            for e in entries], metadata)
+        except (ValueError, TypeError, OSError) as error:
+            raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
+        written = open_reader(tmp.tmp, fmt)
+        verify = _guarded(lambda src, tgt: verify_plan(entries, src, tgt, rope=rope, seed=seed,
+                                                       framework=FRAMEWORK_OF[fmt],
+                                                       extra=[_guarded(fn) for fn in extra]))
+        checks = verify(reader, written)
+        verified = bool(checks) and all(c.passed for c in checks)
+        final = target if verified else target + UNVERIFIED_SUFFIX
+        tmp.commit(final)
+    sidecar_path = None
+    if sidecar is not None:
+        sidecar_path = final + ".rope.json"
+        write_json(sidecar_path, sidecar)
+    return PortResult(source, target, final, verified, entries, checks, sidecar_path, rope)
+
+
+def _check_rope(rope, entries, sidecar):
+    """Validate base/scaling against the head dim now (exit 2), not as a failed check after writing."""
+    from posenc_np.rope import rope_frequencies
+
+    head_dims = {e.tags["head_dim"] for e in entries if e.tags.get("role") == "q" and "head_dim" in e.tags}
+    rope = dict(rope)
+    if rope.get("rotary_dim") is None and len(head_dims) == 1:
+        rope["rotary_dim"] = head_dims.pop()
+        if sidecar is not None and sidecar.get("rope", {}).get("rotary_dim") is None:
+            sidecar["rope"]["rotary_dim"] = rope["rotary_dim"]
+    if rope.get("rotary_dim"):
+        try:
+            rope_frequencies(rope["rotary_dim"], base=rope["base"], scaling=rope["scaling"])
+        except (ValueError, TypeError) as error:
+            raise UsageError(f"RoPE settings (base {rope['base']}, scaling {rope['scaling']}): {error}") from None
+    return rope
+
+
+def _guarded(fn):
+    """A framework check that cannot run is a failed check with its reason, never a traceback."""
+    def run(source, target):
+        try:
+            return fn(source, target)
+        except Exception as error:  # noqa: BLE001 - reported as a failed verification
+            return [Check("error", getattr(fn, "__name__", "check"), float("inf"), 0.0, "", False,
+                          f"{type(error).__name__}: {error}")]
+    return run
+
+
+def write_json(path, obj):
+    with atomic_target(path) as tmp:
+        with open(tmp.tmp, "w") as f:
+            json.dump(obj, f, indent=2, default=_jsonable)
+            f.write("\n")
+        tmp.commit(path)
+
+
+def _jsonable(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    return str(value)
+
+
+def report_text(result: PortResult) -> str:
+    """The terminal report: one line per check kind with its worst error, failures in full."""
+    lines = [f"posenc port {result.source} -> {result.target}",
+             f"  {len(result.entries)} tensors; conversions: " + _conversion_summary(result.entries)]
+    kinds = {}
+    for check in result.checks:
+        kinds.setdefault(check.kind, []).append(check)
+    for kind, checks in kinds.items():
+        worst = max(checks, key=lambda c: (not c.passed, c.max_abs_err / c.atol if c.atol else c.max_abs_err))
+        failed = sum(not c.passed for c in checks)
+        status = "ok  " if not failed else "FAIL"
+        note = f" - {worst.note}" if worst.note else ""
+        lines.append(f"  {status} {kind:<12} {len(checks) - failed}/{len(checks)} passed; worst {worst.name}: "
+                     f"max |err| {worst.max_abs_err:.3g} (tol {worst.atol:.3g}){note}")
+        for check in checks:
+            if not check.passed and check is not worst:
+                lines.append(f"       {check.name}: max |err| {check.max_abs_err:.3g} (tol {check.atol:.3g}) "
+                             f"{check.note}")
+    if result.verified:
+        lines.append(f"verified: wrote {result.written}" + (f" and {result.sidecar}" if result.sidecar else ""))
+    else:
+        lines.append(f"NOT verified: output kept aside as {result.written}; {result.target} was not written")
+    return "\n".join(lines)
+
+
+def _conversion_summary(entries):
+    counts = {}
+    for entry in entries:
+        for op in entry.ops:
+            if op.kind != "rows":
+                counts[op.kind] = counts.get(op.kind, 0) + 1
+    plain = sum(1 for e in entries if not [op for op in e.ops if op.kind != "rows"])
+    parts = [f"{k} x{n}" for k, n in counts.items()] + [f"unchanged x{plain}"]
+    return ", ".join(parts)

@@ -1,0 +1,249 @@
+"""`posenc doctor A B`: name the known convention mismatch that turns A into B (catalogue §8).
+
+Each candidate is a transformation of A; the first one whose result equals B within the tolerance
+policy names the mismatch. Candidates, in order:
+
+    identical / within tolerance; dtype rounding (bfloat16, float16); transposition; sign flip;
+    row reversal (relative tables: query-key vs key-query); position offset (1..4 rows either way,
+    RoBERTa/fairseq's 2); pair layout on the last axis (RoPE interleaved vs half, or sinusoid
+    interleaved vs [sin | cos] concatenated); sin/cos order; per-head RoPE row permutation of q/k
+    weights (every even head dim that divides the rows); and, for two sinusoid tables, the
+    parameters that differ (denominator `dim` vs `dim/2 - 1`, layout, first position); for two RoPE /
+    sinusoid tables with estimable frequencies, a constant frequency ratio (linear scaling factor,
+    position interpolation) or a base change (NTK).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from posenc_np._dtypes import dtype_name, numpy_dtype
+from ..errors import UsageError
+from posenc_np.rope import rope_permutation
+from posenc_np.sinusoidal import sinusoidal
+from posenc_np.testing import compare, tolerance
+
+__all__ = ["Diagnosis", "diagnose", "diagnose_files", "load_array"]
+
+
+@dataclass
+class Diagnosis:
+    explained: bool
+    mismatch: str | None          # a short key ("identical", "transpose", ...) or None
+    message: str
+    details: dict = field(default_factory=dict)
+
+    def text(self):
+        head = "identical" if self.mismatch == "identical" else (
+            f"explained: {self.mismatch}" if self.explained else "no known mismatch explains the difference")
+        return f"{head}\n  {self.message}"
+
+    def as_dict(self):
+        return {"explained": self.explained, "mismatch": self.mismatch, "message": self.message,
+                "details": {k: (v.item() if isinstance(v, np.generic) else v) for k, v in self.details.items()}}
+
+
+def load_array(path) -> np.ndarray:
+    """A `.npy` (never pickled) or a single-tensor `.safetensors`; UsageError otherwise."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise UsageError(f"{path!r} does not exist or is not a file")
+    if path.endswith(".npy"):
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise UsageError(f"cannot read {path!r} as .npy: {error}") from None
+    elif path.endswith(".safetensors"):
+        from .formats import open_reader
+
+        reader = open_reader(path)
+        if len(reader.names()) != 1:
+            raise UsageError(f"{path!r} holds {len(reader.names())} tensors; doctor compares one tensor per file")
+        array = np.asarray(reader.get(reader.names()[0]))
+    else:
+        raise UsageError(f"{path!r}: doctor reads .npy or single-tensor .safetensors")
+    if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
+        raise UsageError(f"{path!r} holds {array.dtype} values; doctor compares float tables or weights")
+    return array
+
+
+def diagnose_files(a, b) -> Diagnosis:
+    return diagnose(load_array(a), load_array(b))
+
+
+def _tol(a, b):
+    """The coarser of the two dtypes; angles up to the row count when the data look like sinusoids."""
+    names = [dtype_name(x.dtype) for x in (a, b)]
+    order = ["float64", "float32", "float16", "bfloat16"]
+    coarse = max(names, key=order.index)
+    sinusoid_like = a.ndim == 2 and np.abs(a.astype(np.float64)).max() <= 1.0 + 1e-3
+    return tolerance(coarse if coarse != "float64" else "float64",
+                     scale=float(max(np.abs(b.astype(np.float64)).max(), 1e-30)),
+                     max_angle=float(a.shape[0]) if sinusoid_like else 0.0)
+
+
+def _equal(x, b, tol):
+    return x.shape == b.shape and compare(x, b, tol).passed
+
+
+def _candidates(a):
+    """(key, message, transformed A) for every single known mismatch that applies to A's shape."""
+    yield "transpose", "B is A transposed (torch Linear [out, in] vs Keras/Flax kernel [in, out], or T5 bias " \
+                       "[buckets, heads] vs [heads, buckets])", (a.T if a.ndim == 2 else None)
+    yield "sign", "B is -A (a sign flip)", -a
+    yield "reversal", "B is A with its rows reversed (relative distance sign: HF BERT relative_key " \
+                      "query-key vs Shaw/T5 key-query)", a[::-1]
+    dim = a.shape[-1]
+    if dim % 2 == 0 and dim >= 4:
+        to_half = rope_permutation(dim, source="interleaved", target="half")
+        to_inter = rope_permutation(dim, source="half", target="interleaved")
+        yield "layout", "pair layout differs on the last axis: A interleaved (sin, cos, sin, cos... / RoPE pairs " \
+                        "2i, 2i+1), B concatenated halves ([sin | cos] / RoPE rotate_half)", a[..., to_half]
+        yield "layout", "pair layout differs on the last axis: A concatenated halves ([sin | cos] / RoPE " \
+                        "rotate_half), B interleaved", a[..., to_inter]
+        half = dim // 2
+        yield "sin-cos-order", "sin/cos order swapped in a [sin | cos] layout ([cos | sin])", \
+            np.concatenate([a[..., half:], a[..., :half]], -1)
+        swap = np.arange(dim).reshape(-1, 2)[:, ::-1].ravel()
+        yield "sin-cos-order", "sin/cos order swapped in an interleaved layout (cos, sin, ...)", a[..., swap]
+
+
+def _row_permutations(a):
+    """Per-head RoPE row permutations of a `[heads * head_dim, in]` q/k weight."""
+    if a.ndim != 2:
+        return
+    rows = a.shape[0]
+    for hd in range(2, rows + 1, 2):
+        if rows % hd:
+            continue
+        heads = rows // hd
+        for source, target in (("interleaved", "half"), ("half", "interleaved")):
+            perm = rope_permutation(hd, source=source, target=target)
+            yield (f"RoPE q/k row layout: A is {source}, B {target} per head (head_dim {hd}, {heads} heads; "
+                   f"permute q with the query heads and k with the key/value heads)",
+                   a.reshape(heads, hd, -1)[:, perm].reshape(a.shape), hd)
+
+
+def diagnose(a, b) -> Diagnosis:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape == b.shape and np.array_equal(a, b, equal_nan=True):
+        return Diagnosis(True, "identical", f"A and B are equal ({a.shape}, {a.dtype} / {b.dtype})")
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    tol = _tol(a, b)
+    if a.shape == b.shape:
+        r = compare(a64, b64, tol)
+        fine = _tol(a.astype(np.float32), b.astype(np.float32))  # float32 compute, no final rounding
+        if not compare(a64, b64, fine).passed:
+            for name in ("bfloat16", "float16"):
+                for x, y, which in ((a64, b64, "B"), (b64, a64, "A")):
+                    rounded = x.astype(numpy_dtype(name)).astype(np.float64)
+                    if compare(rounded, y, fine).passed:
+                        return Diagnosis(True, "dtype", f"{which} is the other rounded to {name} (dtype rounding): "
+                                                        f"max |A - B| = {r.max_abs_err:.3g}", {"dtype": name})
+        if r.passed:
+            return Diagnosis(True, "identical", f"A and B agree within tolerance: max |A - B| = {r.max_abs_err:.3g} "
+                                                f"<= {tol}", {"max_abs_err": r.max_abs_err})
+    for key, message, x in _candidates(a64):
+        if x is not None and _equal(x, b64, tol):
+            return Diagnosis(True, key, message)
+    found = _offset(a64, b64, tol)
+    if found:
+        return found
+    if a.shape == b.shape:
+        for message, x, hd in _row_permutations(a64):
+            if _equal(x, b64, tol):
+                return Diagnosis(True, "rope-rows", message, {"head_dim": hd})
+    found = _sinusoid_params(a64, b64, tol) or _frequency_ratio(a64, b64)
+    if found:
+        return found
+    r = compare(a64, b64, tol) if a.shape == b.shape else None
+    detail = f"max |A - B| = {r.max_abs_err:.3g}" if r else f"shapes {a.shape} vs {b.shape}"
+    return Diagnosis(False, None, f"{detail}; none of the catalogued mismatches (transpose, sign, reversal, offset, "
+                                  "layout, sin/cos order, RoPE rows, sinusoid denominator, dtype, scaling) explains it")
+
+
+def _offset(a, b, tol, max_offset=4):
+    """B's row p is A's row p + k (or the reverse): learned/sinusoid tables with a first-position offset."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        return None
+    for k in range(1, max_offset + 1):
+        for x, y, sign in ((a, b, "+"), (b, a, "-")):
+            rows = min(x.shape[0] - k, y.shape[0])
+            if rows >= 2 and compare(x[k:k + rows], y[:rows], tol).passed:
+                return Diagnosis(True, "offset", f"position offset: B's row p is A's row p {sign} {k} "
+                                 f"(RoBERTa/fairseq start at padding_idx + 1 = 2; compared {rows} rows)",
+                                 {"offset": k if sign == "+" else -k})
+    return None
+
+
+def _sinusoid_params(a, b, tol):
+    """Identify both as `sinusoidal(p0 + arange(L), dim, layout, denominator)` and name what differs."""
+    def identify(x):
+        if x.ndim != 2 or x.shape[1] % 2 or x.shape[1] < 4:
+            return None
+        for layout, denominator, start in itertools.product(("interleaved", "concat"), ("dim", "half-1"), range(3)):
+            ref = sinusoidal(np.arange(start, start + x.shape[0]), x.shape[1], layout=layout, denominator=denominator)
+            if compare(x, ref, tol).passed:
+                return dict(layout=layout, denominator=denominator, first_position=start)
+        return None
+
+    pa = identify(a)
+    pb = identify(b) if pa else None
+    if not (pa and pb):
+        return None
+    diff = {k: (pa[k], pb[k]) for k in pa if pa[k] != pb[k]}
+    text = "; ".join(f"{k}: A {va!r}, B {vb!r}" for k, (va, vb) in diff.items())
+    key = "denominator" if "denominator" in diff else next(iter(diff), "identical")
+    note = " (dim: 2i/d, the paper; half-1: i/(d/2 - 1), tensor2tensor/fairseq)" if "denominator" in diff else ""
+    return Diagnosis(True, key, f"both are sinusoid tables differing in {text}{note}", {"A": pa, "B": pb})
+
+
+def _frequencies(x):
+    """Per-pair angular frequencies of a RoPE cos table (row p = position p), with a mask of the ones
+    the table determines, or None when `x` is not such a table.
+
+    Each column is read at its best-conditioned row: the first row whose angle passes pi/2 (the last
+    row when it never does); a column whose angle stays below 0.05 rad there is too flat to measure
+    (float32 cannot tell cos(1e-4) from 1)."""
+    if x.ndim != 2 or x.shape[0] < 3 or x.shape[1] % 2:
+        return None
+    half = x.shape[1] // 2
+    for pairs, other in ((x[:, :half], x[:, half:]), (x[:, 0::2], x[:, 1::2])):
+        if np.allclose(pairs, other, atol=1e-6) and np.all(pairs[0] > 0):
+            ratio = np.clip(pairs / pairs[0], -1.0, 1.0)
+            negative = ratio < 0
+            row = np.where(negative.any(0), negative.argmax(0), len(ratio) - 1)
+            theta = np.arccos(ratio[row, np.arange(half)])
+            return theta / row, theta > 0.05
+    return None
+
+
+def _frequency_ratio(a, b):
+    """Two RoPE cos tables: constant frequency ratio = linear scaling; a geometric trend = a base change."""
+    found_a, found_b = _frequencies(a), _frequencies(b)
+    if found_a is None or found_b is None or found_a[0].shape != found_b[0].shape:
+        return None
+    (fa, ma), (fb, mb) = found_a, found_b
+    use = ma & mb
+    if use.sum() < 3:
+        return None
+    j = np.arange(len(fa))
+    ratio = fa[use] / fb[use]
+    if np.allclose(ratio, ratio[0], rtol=1e-3):
+        return Diagnosis(True, "scaling", f"RoPE frequencies differ by a constant factor {ratio[0]:.4g}: linear "
+                                          f"scaling (position interpolation) with factor {ratio[0]:.4g} on B",
+                         {"factor": float(ratio[0])})
+    # w_j = base^(-2j/r) = base^(-j/n): log w is linear in j with slope -ln(base) / n
+    n = len(fa)
+    fits = []
+    for f, m in ((fa, ma), (fb, mb)):
+        slope, intercept = np.polyfit(j[m], np.log(f[m]), 1)
+        fits.append((float(np.exp(-slope * n)), np.allclose(np.log(f[m]), intercept + slope * j[m], atol=1e-3)))
+    if all(ok for _, ok in fits):
+        return Diagnosis(True, "base", f"RoPE base differs: A ~ {fits[0][0]:.6g}, B ~ {fits[1][0]:.6g} (NTK-aware "
+                                       "scaling changes the base)", {"base_a": fits[0][0], "base_b": fits[1][0]})
+    return None

@@ -1,0 +1,293 @@
+"""The port plan: which source tensor becomes which target tensor, through which conversions.
+
+Rules select source tensors by glob (`*` matches any run of characters, dots included; `?` one
+character). A rename rule `SRC=DST` substitutes the text `*` matched, in order, into DST's `*`s.
+Conversions apply in this fixed order, each only where declared (nothing is inferred from shapes,
+so a square matrix is never transposed silently):
+
+    split (fused QKV rows) -> strip/add offset rows -> resize -> reverse rows -> RoPE row permutation
+    -> transpose
+
+The RoPE permutation acts on rows (axis 0) of the tensor as the source stores it, i.e. torch
+`[out, in]`; a tensor stored `[in, out]` is transposed first with `--transpose` on a separate port.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UsageError
+from posenc_np.learned import resize_table
+from posenc_np.rope import ROPE_LAYOUTS, permute_qk_rows
+
+__all__ = ["Op", "Entry", "Rules", "build_plan", "glob_regex", "glob_match"]
+
+
+@functools.lru_cache(maxsize=None)
+def glob_regex(pattern: str):
+    """The anchored regex of a glob: `*` captures any text (dots included), `?` matches one character."""
+    out = []
+    for char in pattern:
+        out.append("(.*?)" if char == "*" else "." if char == "?" else re.escape(char))
+    return re.compile("".join(out) + r"\Z")
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    """`fnmatch.fnmatchcase`'s argument order, with `glob_regex`'s syntax."""
+    return glob_regex(pattern).match(name) is not None
+
+
+def _fill(template: str, groups) -> str:
+    groups = list(groups)
+    stars = template.count("*")
+    if stars > len(groups):
+        raise UsageError(f"rename target {template!r} has {stars} '*' but its pattern captured {len(groups)}")
+    parts = template.split("*")
+    return "".join(p + (groups[i] if i < stars else "") for i, p in enumerate(parts))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One conversion: `kind` and its parameters; `shape()` and `apply()` agree by construction."""
+
+    kind: str
+    params: tuple = ()
+
+    def shape(self, shape):
+        k, p = self.kind, self.params
+        if k == "rows":
+            return (p[1] - p[0], *shape[1:])
+        if k == "strip":
+            return (shape[0] - p[0], *shape[1:])
+        if k == "pad":
+            return (shape[0] + p[0], *shape[1:])
+        if k == "resize":
+            return (p[0], *shape[1:])
+        if k == "transpose":
+            return tuple(reversed(shape))
+        return tuple(shape)
+
+    def apply(self, array):
+        k, p = self.kind, self.params
+        if k == "rows":
+            return array[p[0]:p[1]]
+        if k == "strip":
+            return array[p[0]:]
+        if k == "pad":  # the rows an offset convention never reads (fairseq/RoBERTa padding rows) are zero
+            return np.concatenate([np.zeros((p[0], *array.shape[1:]), array.dtype), array])
+        if k == "resize":
+            return resize_table(array, p[0], method=p[1])
+        if k == "reverse":
+            return array[::-1]
+        if k == "rope":
+            heads, source, target, rotary_dim = p
+            return permute_qk_rows(array, heads, source=source, target=target, rotary_dim=rotary_dim)
+        if k == "transpose":
+            return _transpose(array)
+        raise AssertionError(k)
+
+    def __str__(self):
+        return self.kind if not self.params else f"{self.kind}({', '.join(map(str, self.params))})"
+
+
+def _transpose(array, elements=1 << 20):
+    """A contiguous transpose that copies a 2-D memory map block by block, dropping each block's pages,
+    so the peak is the output plus one block rather than the output plus the whole input."""
+    if array.ndim != 2 or getattr(array, "_mmap", None) is None:
+        return np.ascontiguousarray(np.transpose(array))
+    from .formats import drop_pages
+
+    out = np.empty(array.shape[::-1], array.dtype)
+    step = max(1, elements // max(1, array.shape[1]))
+    for start in range(0, array.shape[0], step):
+        out[:, start:start + step] = array[start:start + step].T
+        drop_pages(array)
+    return out
+
+
+@dataclass
+class Entry:
+    """One output tensor."""
+
+    target: str
+    source: str
+    source_shape: tuple
+    dtype: str
+    ops: list = field(default_factory=list)
+    tags: dict = field(default_factory=dict)  # what verification needs: role, pairing key, ...
+
+    @property
+    def shape(self):
+        shape = tuple(self.source_shape)
+        for op in self.ops:
+            shape = op.shape(shape)
+        return shape
+
+    def produce(self, reader):
+        array = reader.get(self.source)
+        for op in self.ops:
+            array = op.apply(array)
+        return array
+
+
+@dataclass
+class Rules:
+    """Declared conversions (CLI options or a preset). Globs match SOURCE names."""
+
+    rename: list = field(default_factory=list)      # (glob, template)
+    drop: list = field(default_factory=list)        # glob
+    transpose: list = field(default_factory=list)   # glob
+    split: list = field(default_factory=list)       # (glob, [template, ...], [rows, ...], [role, ...])
+    strip: list = field(default_factory=list)       # (glob, n)
+    pad: list = field(default_factory=list)         # (glob, n)
+    resize: list = field(default_factory=list)      # (glob, new_len, method)
+    reverse: list = field(default_factory=list)     # glob
+    rope_q: list = field(default_factory=list)      # glob (rows of q heads)
+    rope_k: list = field(default_factory=list)      # glob (rows of k / kv heads)
+    heads: int | None = None
+    kv_heads: int | None = None
+    rope_from: str | None = None
+    rope_to: str | None = None
+    rotary_dim: int | None = None
+    require: list = field(default_factory=list)     # source names a preset cannot do without
+    tags: list = field(default_factory=list)        # (glob, dict) merged into matching entries' tags
+    target_name: object = None                      # callable applied to every renamed target name
+    strict: bool = False                            # every kept tensor must match a rename (presets)
+
+
+def _matches(globs, name):
+    return any(glob_match(name, g) for g in globs)
+
+
+def _used(globs, names, what):
+    for g in globs:
+        if not any(glob_match(n, g) for n in names):
+            raise UsageError(f"{what} pattern {g!r} matches no tensor of SOURCE")
+
+
+def build_plan(reader, rules: Rules) -> list[Entry]:
+    """The output entries in source order; UsageError for unmatched patterns, bad shapes, collisions."""
+    names = reader.names()
+    missing = [n for n in rules.require if n not in reader]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UsageError(f"SOURCE {reader.path!r} lacks required tensor(s) {shown}")
+    _check_rope_options(rules)
+    for what, globs in (("--rename", [g for g, _ in rules.rename]), ("--drop", rules.drop),
+                        ("--transpose", rules.transpose), ("--split", [s[0] for s in rules.split]),
+                        ("--strip-offset", [g for g, _ in rules.strip]), ("--add-offset", [g for g, _ in rules.pad]),
+                        ("--resize", [r[0] for r in rules.resize]), ("--reverse", rules.reverse),
+                        ("--rope-q", rules.rope_q), ("--rope-k", rules.rope_k)):
+        _used(globs, names, what)
+    entries, unknown = [], []
+    for name in names:
+        if _matches(rules.drop, name):
+            continue
+        shape, dtype = reader.shape(name), reader.dtype(name)
+        splits = [s for s in rules.split if glob_match(name, s[0])]
+        if splits:
+            glob, templates, rows, roles = splits[0]
+            groups = glob_regex(glob).match(name).groups()
+            if rows is None and shape and rules.heads:  # q: heads, k and v: kv heads, of one head dim
+                units = rules.heads + 2 * (rules.kv_heads or rules.heads)
+                hd = shape[0] // units
+                rows = [rules.heads * hd, (rules.kv_heads or rules.heads) * hd, (rules.kv_heads or rules.heads) * hd]
+            if not shape or rows is None or sum(rows) != shape[0]:
+                raise UsageError(f"--split of {name!r}: parts of {rows} rows do not add up to its shape {shape}")
+            start = 0
+            for template, count, role in zip(templates, rows, roles):
+                target = _fill(template, groups)
+                target = rules.target_name(target) if rules.target_name else target
+                entry = Entry(target, name, shape, dtype, [Op("rows", (start, start + count))],
+                              {"key": groups, "role": role})
+                start += count
+                entries.append(_convert(entry, rules, name, role))
+            continue
+        target = None
+        for glob, template in rules.rename:
+            match = glob_regex(glob).match(name)
+            if match:
+                target = _fill(template, match.groups())
+                break
+        if target is None:
+            unknown.append(name)
+            target = name
+        if rules.target_name:
+            target = rules.target_name(target)
+        role, key = None, (name,)
+        for role_name, globs in (("q", rules.rope_q), ("k", rules.rope_k)):
+            for glob in globs:
+                if match := glob_regex(glob).match(name):
+                    role, key = role_name, match.groups()  # q and k of one layer share their captures
+        tags = {"key": key, "role": role}
+        for glob, extra in rules.tags:
+            if glob_match(name, glob):
+                tags.update(extra)
+        entries.append(_convert(Entry(target, name, shape, dtype, [], tags), rules, name, role))
+    if rules.strict and unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise UsageError(f"the preset has no name for SOURCE tensor(s) {shown}: not the checkpoint layout it "
+                         "converts (use conversion options, with --drop for tensors to leave out)")
+    seen = {}
+    for entry in entries:
+        if entry.target in seen:
+            raise UsageError(f"two source tensors map to {entry.target!r}: {seen[entry.target]!r} and {entry.source!r}")
+        seen[entry.target] = entry.source
+    return entries
+
+
+def _check_rope_options(rules):
+    if not (rules.rope_q or rules.rope_k or (rules.split and (rules.rope_from or rules.rope_to))):
+        return
+    if rules.rope_from not in ROPE_LAYOUTS or rules.rope_to not in ROPE_LAYOUTS:
+        raise UsageError(f"--rope-q/--rope-k need --rope-from and --rope-to, each one of {', '.join(ROPE_LAYOUTS)} "
+                         f"(got {rules.rope_from!r}, {rules.rope_to!r})")
+    if not rules.heads or rules.heads < 1:
+        raise UsageError("--rope-q/--rope-k need --heads (the number of query heads)")
+    if rules.kv_heads is not None and (rules.kv_heads < 1 or rules.heads % rules.kv_heads):
+        raise UsageError(f"--kv-heads {rules.kv_heads} must divide --heads {rules.heads} (grouped-query attention)")
+
+
+def _convert(entry, rules, name, role):
+    shape = entry.shape
+    for glob, n in rules.strip:
+        if glob_match(name, glob):
+            if len(shape) != 2 or not 0 < n < shape[0]:
+                raise UsageError(f"--strip-offset {n} of {name!r} with shape {shape}: needs a 2-D table with more rows")
+            entry.ops.append(Op("strip", (n,)))
+            entry.tags["offset"] = n
+    for glob, n in rules.pad:
+        if glob_match(name, glob):
+            if len(shape) != 2 or n < 1:
+                raise UsageError(f"--add-offset {n} of {name!r} with shape {shape}: needs a 2-D table and n >= 1")
+            entry.ops.append(Op("pad", (n,)))
+            entry.tags["offset"] = -n
+    for glob, new_len, method in rules.resize:
+        if glob_match(name, glob):
+            if len(entry.shape) != 2 or new_len < 1:
+                raise UsageError(f"--resize of {name!r} with shape {entry.shape}: needs a 2-D table and a length >= 1")
+            entry.tags["resize"] = (entry.shape[0], new_len, method)
+            entry.ops.append(Op("resize", (new_len, method)))
+    if _matches(rules.reverse, name):
+        entry.ops.append(Op("reverse"))
+        entry.tags["reversed"] = True
+    if role in ("q", "k") and rules.rope_from:
+        heads = rules.heads if role == "q" else (rules.kv_heads or rules.heads)
+        rows = entry.shape[0]
+        if rows % heads or (rows // heads) % 2:
+            raise UsageError(f"RoPE permutation of {name!r} ({role}, shape {entry.shape}): {heads} heads do not "
+                             "split its rows into even head dims")
+        if rules.rotary_dim is not None and rules.rotary_dim > rows // heads:
+            raise UsageError(f"--rotary-dim {rules.rotary_dim} exceeds the head dim {rows // heads} of {name!r}")
+        entry.tags.update(heads=heads, head_dim=rows // heads)
+        entry.ops.append(Op("rope", (heads, rules.rope_from, rules.rope_to, rules.rotary_dim)))
+    if _matches(rules.transpose, name):
+        if len(entry.shape) < 2:
+            raise UsageError(f"--transpose of {name!r}: shape {entry.shape} has fewer than 2 axes")
+        entry.ops.append(Op("transpose"))
+        entry.tags["transposed"] = True
+    return entry

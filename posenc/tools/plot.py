@@ -1,0 +1,339 @@
+"""`posenc plot`: figures of the encodings, computed by the spec (posenc_np) or a backend (`--backend`).
+
+Every figure function takes the parsed CLI arguments and returns a matplotlib Figure (Agg canvas);
+the CLI checks the output path first and saves atomically. Arrays come from
+`posenc.adapters.adapter(backend).call(name, args, kwargs)`, so `--backend torch` plots what
+posenc_torch computes, float32 included.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+
+from ..errors import UsageError
+from posenc_np.conventions import conventions
+from ._output import new_figure, suptitle
+
+__all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves"]
+
+TABLE_ENCODINGS = {"sinusoidal": "sinusoidal", "rope": "apply_rope", "learned": "learned"}
+ATTENTION_ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+
+
+def _call(backend: str, fn: str, *args, **kwargs):
+    """`fn` of the chosen package on NumPy inputs, NumPy float64 out; bad arguments become UsageError."""
+    from ..adapters import BackendUnavailable, adapter
+
+    chosen = adapter(backend)
+    if not chosen.available():
+        raise UsageError(f"--backend {backend!r}: its framework is not installed")
+    try:
+        out = chosen.call(fn, args, kwargs)
+    except BackendUnavailable as error:
+        raise UsageError(str(error)) from error
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"{fn}: {error}") from error
+    return tuple(np.asarray(o, np.float64) for o in out) if isinstance(out, tuple) else np.asarray(out, np.float64)
+
+
+def _resolve(name: str, family_of: dict, what: str):
+    """A convention name or a family name -> (family, convention name or None, params, offset)."""
+    if name in conventions:
+        conv = conventions[name]
+        families = {v: k for k, v in family_of.items()}
+        if conv.encoding not in families:
+            raise UsageError(f"{what} {name!r} is a {conv.encoding} convention; this figure takes "
+                             f"{', '.join(sorted(family_of))} encodings")
+        return families[conv.encoding], name, dict(conv.params), conv.position_offset
+    if name in family_of:
+        return name, None, {}, 0
+    known = sorted(family_of) + sorted(n for n, c in conventions.items() if c.encoding in family_of.values())
+    raise UsageError(f"unknown {what} {name!r}; choose from {', '.join(known)}")
+
+
+def _positive(name, value):
+    if value < 1:
+        raise UsageError(f"--{name}={value} must be >= 1")
+    return value
+
+
+def _load_table(path: str, ndim: int = 2) -> np.ndarray:
+    try:
+        table = np.load(path)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot read table {path!r}: {error}") from error
+    if table.ndim != ndim:
+        raise UsageError(f"table {path!r} must be {ndim}-D, has shape {table.shape}")
+    return table.astype(np.float64)
+
+
+def encoding_tables(name, positions, dim, *, backend="numpy", base=None, table=None, seed=0):
+    """`(title, {panel: [positions, channels]})` for a table encoding or convention.
+
+    sinusoidal: the table; rope: RoPE's cos and sin tables (`rope_cos_sin`, channels in the convention's
+    layout); learned: `table` (e.g. a trained one) or a random N(0, 0.02) init, gathered with `learned`.
+    Conventions with a `position_offset` (fairseq, RoBERTa) start at that position.
+    """
+    family, conv, params, offset = _resolve(name, TABLE_ENCODINGS, "--encoding")
+    if table is not None and family != "learned":
+        raise UsageError(f"--table is a learned table; {name!r} is a {family} encoding")
+    _positive("positions", positions)
+    pos = np.arange(offset, offset + positions, dtype=np.int64)
+    if base is not None and family != "learned":
+        params["base"] = base
+    label = conv or family
+    if family == "sinusoidal":
+        out = {"sinusoidal": _call(backend, "sinusoidal", pos, dim, **params)}
+        detail = ", ".join(f"{k}={v}" for k, v in params.items())
+    elif family == "rope":
+        if "rotary_pct" in params:
+            params["head_dim"] = dim
+        elif "rotary_dim" not in params:
+            params["rotary_dim"] = dim
+        cos, sin = _call(backend, "rope_cos_sin", pos, **params)
+        out = {"cos": cos, "sin": sin}
+        detail = ", ".join(f"{k}={v}" for k, v in params.items())
+    else:
+        if table is None:
+            table = np.random.default_rng(seed).normal(0.0, 0.02, size=(offset + positions, dim))
+            detail = f"random N(0, 0.02) init, seed {seed}"
+        else:
+            detail = "given table"
+        if table.shape[0] < offset + positions:
+            raise UsageError(f"the table has {table.shape[0]} rows; --positions={positions} needs "
+                             f"{offset + positions}")
+        out = {"learned": _call(backend, "learned", table, pos)}
+    return f"{label} [{backend}]\n{detail}", out, pos
+
+
+def _heatmap(figure, ax, data, *, title, xlabel, ylabel, cmap="RdBu_r", symmetric=True, extent=None, label="",
+             fontsize="medium"):
+    vmax = float(np.max(np.abs(data))) or 1.0
+    kwargs = dict(vmin=-vmax, vmax=vmax) if symmetric else {}
+    image = ax.imshow(data, aspect="auto", cmap=cmap, interpolation="nearest", origin="upper", extent=extent,
+                      **kwargs)
+    ax.set_title(title, fontsize=fontsize)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    figure.colorbar(image, ax=ax, label=label)
+    return image
+
+
+def figure_table(args):
+    name = args.convention or args.encoding
+    table = _load_table(args.table) if args.table else None
+    dim = table.shape[1] if table is not None else _positive("dim", args.dim)
+    title, panels, pos = encoding_tables(name, args.positions, dim, backend=args.backend, base=args.base,
+                                         table=table, seed=args.seed)
+    figure = new_figure(max(7.0, 5.5 * len(panels)), 4.8)
+    extent = (-0.5, dim - 0.5, pos[-1] + 0.5, pos[0] - 0.5)
+    for i, (panel, data) in enumerate(panels.items()):
+        ax = figure.add_subplot(1, len(panels), i + 1)
+        _heatmap(figure, ax, data, title=panel, xlabel="channel", ylabel="position", extent=extent, label="value")
+    suptitle(figure, title)
+    return figure
+
+
+def _scaling(texts):
+    out = []
+    for text in texts:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--scaling {text!r} is not JSON: {error}") from error
+        if not isinstance(value, dict):
+            raise UsageError(f"--scaling {text!r} must be a JSON object (an HF rope_scaling dict)")
+        out.append(value)
+    return out
+
+
+def rope_decay_curves(dim, max_distance, *, base=10000.0, scaling=None, backend="numpy"):
+    """`(distances, upper_bound, logits)` of RoPE at relative distances 0..max_distance.
+
+    upper_bound: RoFormer (Su et al. 2021, sec. 3.4.3, fig. 2): `(1/(d/2)) sum_j |S_j|`,
+    `S_j = sum_{k<j} exp(i m theta_k)`, the bound on `|q^T R_m k|` (up to the largest query/key
+    differences) that decays with the distance m. logits: `q . k` with q = k = ones(d) after
+    `apply_rope` at positions m and 0, i.e. `2 sum_j cos(m theta_j)` times the attention scale
+    squared: the logit two identical constant vectors get at distance m.
+    """
+    distances = np.arange(max_distance + 1, dtype=np.int64)
+    inv_freq, _ = _call(backend, "rope_frequencies", dim, base=base, scaling=scaling)
+    partial = np.cumsum(np.exp(1j * distances[:, None] * inv_freq[None, :]), axis=1)
+    upper = np.abs(partial).mean(axis=1)
+    rotated = _call(backend, "apply_rope", np.ones((max_distance + 1, dim)), distances, base=base, scaling=scaling)
+    return distances, upper, rotated @ rotated[0]
+
+
+def figure_rope_decay(args):
+    dim, distance = _positive("dim", args.dim), _positive("max-distance", args.max_distance)
+    curves = [(scaling, rope_decay_curves(dim, distance, base=args.base, scaling=scaling, backend=args.backend))
+              for scaling in [None] + _scaling(args.scaling)]
+    figure = new_figure(11, 4.2)
+    bound, logit = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
+    for scaling, (d, upper, logits) in curves:
+        label = "no scaling" if scaling is None else json.dumps(scaling)
+        bound.plot(d, upper, label=label, linewidth=1)
+        logit.plot(d, logits, label=label, linewidth=1)
+    bound.set_title("relative upper bound (RoFormer fig. 2)", fontsize="medium")
+    bound.set_ylabel(r"$\frac{1}{d/2}\sum_j |S_j|$")
+    logit.set_title("q·k of q = k = ones after RoPE", fontsize="medium")
+    logit.set_ylabel("logit (unscaled)")
+    for ax in (bound, logit):
+        ax.set_xlabel("relative distance m")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    suptitle(figure, f"RoPE long-range decay: head dim {dim}, base {args.base:g} [{args.backend}]")
+    return figure
+
+
+def figure_bias(args):
+    family, conv, params, _ = _resolve(args.encoding, {"alibi": "alibi_bias", "t5": "t5_bias"}, "--encoding")
+    heads, length = _positive("heads", args.heads), _positive("length", args.length)
+    pos = np.arange(length, dtype=np.int64)
+    if family == "alibi":
+        params.setdefault("form", "causal")
+        bias = _call(args.backend, "alibi_bias", heads, pos, pos, **params)
+        detail = f"form={params['form']!r}"
+        bias = np.where(pos[:, None] >= pos[None, :], bias, np.nan)  # causal: the future is masked anyway
+    else:
+        params.setdefault("bidirectional", False)
+        if args.table:
+            table = _load_table(args.table)
+            heads = table.shape[1]
+            detail = "given table"
+        else:
+            table = np.random.default_rng(args.seed).normal(size=(params.get("num_buckets", 32), heads))
+            detail = f"random N(0, 1) table, seed {args.seed}"
+        bias = _call(args.backend, "t5_bias", table, pos, pos, **params)
+        detail += ", " + ", ".join(f"{k}={v}" for k, v in params.items())
+        if not params["bidirectional"]:
+            bias = np.where(pos[:, None] >= pos[None, :], bias, np.nan)
+    figure = new_figure(12, 4.5)
+    lines = figure.add_subplot(1, 2, 1)
+    query = length - 1 if not (family == "t5" and params["bidirectional"]) else length // 2
+    for h in range(heads):
+        lines.plot(pos - query, bias[h, query], label=f"head {h}", linewidth=1)
+    lines.set_xlabel(f"key position - query position (query {query})")
+    lines.set_ylabel("bias added to the logit")
+    lines.set_title("bias per head against relative position", fontsize="medium")
+    lines.grid(alpha=0.3)
+    lines.legend(fontsize="x-small", ncol=2)
+    _heatmap(figure, figure.add_subplot(1, 2, 2), bias[0], title="head 0: bias[query, key] (future masked)",
+             xlabel="key position", ylabel="query position", cmap="viridis", symmetric=False, label="bias")
+    suptitle(figure, f"{conv or family} attention bias, {heads} heads ({detail}) [{args.backend}]")
+    return figure
+
+
+def _word_embeddings(words, dim, scale, shared):
+    """A fixed random vector per word (seeded by the word's CRC32, so a repeated word repeats its vector)
+    plus one vector common to all words (std `shared`), as real embeddings share a mean direction:
+    it is what lets a relative encoding's distance pattern show (for RoPE, the decay of `c . R(m) c`)."""
+    common = np.random.default_rng(0).normal(0.0, shared, dim)
+    return common + np.stack([np.random.default_rng(zlib.crc32(w.lower().encode())).normal(0.0, scale, dim)
+                              for w in words])
+
+
+def attention_weights(encoding, words, dim, *, backend="numpy", table=None, scale=0.5, shared=1.0, causal=False,
+                      seed=0):
+    """`[n, n]` attention weights of one sentence with q = k = v = the (encoded) word vectors.
+
+    No learned projections: the map shows what the encoding alone adds to the similarity of the
+    word vectors. sinusoidal / learned add the table to the vectors; rope rotates q and k; alibi
+    (8 heads, head 0 shown) and t5 (random N(0,1) table, head 0) add their bias to the logits.
+    """
+    n = len(words)
+    x = _word_embeddings(words, dim, scale, shared)
+    pos = np.arange(n, dtype=np.int64)
+    bias, note = None, ""
+    if encoding == "sinusoidal":
+        x = x + _call(backend, "sinusoidal", pos, dim)
+    elif encoding == "learned":
+        if table is None:
+            table = np.random.default_rng(seed).normal(0.0, 0.02, size=(max(n, 64), dim))
+            note = "random N(0, 0.02) init"
+        else:
+            note = "trained table"
+        if table.shape[0] < n:
+            raise UsageError(f"the learned table has {table.shape[0]} rows, the sentence {n} words")
+        x = x + _call(backend, "learned", table, pos)
+    elif encoding == "rope":
+        x = _call(backend, "apply_rope", x, pos)  # q and k are the same rotated vectors
+    elif encoding == "alibi":
+        bias, note = _call(backend, "alibi_bias", 8, pos, pos, form="causal")[0], "head 0 of 8"
+    elif encoding == "t5":
+        t5_table = np.random.default_rng(seed).normal(size=(32, 1))
+        bias, note = _call(backend, "t5_bias", t5_table, pos, pos, bidirectional=True)[0], "random table"
+    _, weights = _call(backend, "attention", x, x, x, bias=bias, causal=causal)
+    return weights, note
+
+
+def figure_attention_maps(args):
+    encodings = [e.strip() for e in args.encodings.split(",") if e.strip()]
+    unknown = [e for e in encodings if e not in ATTENTION_ENCODINGS]
+    if unknown or not encodings:
+        raise UsageError(f"unknown --encodings {', '.join(map(repr, unknown))}; choose from "
+                         f"{', '.join(ATTENTION_ENCODINGS)}")
+    words = args.sentence.split()
+    if len(words) < 2:
+        raise UsageError(f"--sentence {args.sentence!r} needs at least two words")
+    table = _load_table(args.table) if args.table else None
+    dim = table.shape[1] if table is not None else _positive("dim", args.dim)
+    if dim % 2:
+        raise UsageError(f"--dim={dim} must be even")
+    maps = [attention_weights(encoding, words, dim, backend=args.backend, table=table, scale=args.embedding_scale,
+                              shared=args.shared_scale, causal=args.causal, seed=args.seed) for encoding in encodings]
+    figure = new_figure(4.6 * len(encodings) + 0.8, 4.8)
+    axes = [figure.add_subplot(1, len(encodings), i + 1) for i in range(len(encodings))]
+    vmax = max(float(weights.max()) for weights, _ in maps)
+    image = None
+    for ax, encoding, (weights, note) in zip(axes, encodings, maps):
+        image = ax.imshow(weights, cmap="magma", vmin=0.0, vmax=vmax, interpolation="nearest")
+        ax.set_title(encoding + (f" ({note})" if note else ""), fontsize="medium")
+        ticks = np.arange(len(words))
+        ax.set_xticks(ticks, words, rotation=90, fontsize="x-small")
+        ax.set_yticks(ticks, words, fontsize="x-small")
+        ax.set_xlabel("key")
+    axes[0].set_ylabel("query")
+    figure.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
+    suptitle(figure, f"Attention of one sentence: q = k = v = word vector (std {args.embedding_scale:g}) + shared "
+                     f"vector (std {args.shared_scale:g}) + encoding, dim {dim}, no projections [{args.backend}]")
+    return figure
+
+
+def figure_diff(args):
+    backend_b = args.backend_b or args.backend
+    title_a, a, _ = encoding_tables(args.a, args.positions, _positive("dim", args.dim), backend=args.backend)
+    title_b, b, _ = encoding_tables(args.b, args.positions, args.dim, backend=backend_b)
+    if list(a) != list(b):
+        raise UsageError(f"{args.a!r} and {args.b!r} are different encodings ({', '.join(a)} vs {', '.join(b)})")
+    figure = new_figure(16, 4.2 * len(a))
+    for row, key in enumerate(a):
+        diff = a[key] - b[key]
+        for col, (data, title) in enumerate(((a[key], f"A: {title_a}"), (b[key], f"B: {title_b}"),
+                                             (diff, f"A - B\nmax |A - B| = {np.max(np.abs(diff)):.3g}"))):
+            ax = figure.add_subplot(len(a), 3, 3 * row + col + 1)
+            _heatmap(figure, ax, data, title=f"{key} {title}" if len(a) > 1 else title, xlabel="channel",
+                     ylabel="position index", label="difference" if col == 2 else "value", fontsize="small")
+    suptitle(figure, f"{args.a} vs {args.b}: {args.positions} positions x {args.dim} channels")
+    return figure
+
+
+def figure_experiment(args):
+    from .experiment import plot_perplexity
+
+    try:
+        with open(args.report) as f:
+            report = json.load(f)
+        figure = plot_perplexity(report, new_figure(7, 4.5))
+    except OSError as error:
+        raise UsageError(f"cannot read report {args.report!r}: {error.strerror}") from error
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{args.report!r} is not a `posenc experiment --json` report ({error!r})") from error
+    return figure
+
+
+FIGURES = {"table": figure_table, "rope-decay": figure_rope_decay, "bias": figure_bias,
+           "attention-maps": figure_attention_maps, "diff": figure_diff, "experiment": figure_experiment}

@@ -1,0 +1,154 @@
+"""`posenc plot`: every figure from one command, the plotted numbers against the spec, bad input exits 2."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import posenc_np
+from posenc.cli import main
+from posenc_np.testing import compare, tolerance
+from posenc.tools import plot
+
+try:
+    import matplotlib.backends.backend_agg  # noqa: F401
+except ImportError as error:  # one clear failure rather than a test-by-test traceback
+    pytest.fail(f"matplotlib does not import ({error}): install the test dependencies, "
+                f"pip install -e '.[all,dev]'", pytrace=False)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+FIGURE_COMMANDS = {
+    "table-sinusoidal": ["table", "--encoding", "sinusoidal"],
+    "table-t2t-torch": ["table", "--convention", "tensor2tensor", "--backend", "torch"],
+    "table-rope-neox": ["table", "--convention", "gpt-neox", "--positions", "32"],
+    "table-learned": ["table", "--encoding", "learned", "--positions", "16", "--dim", "8"],
+    "rope-decay": ["rope-decay", "--max-distance", "64", "--scaling", '{"rope_type": "linear", "factor": 4}'],
+    "bias-alibi": ["bias", "--encoding", "alibi", "--heads", "4", "--length", "16"],
+    "bias-t5": ["bias", "--encoding", "t5-decoder", "--heads", "2", "--length", "16"],
+    "attention-maps": ["attention-maps", "--encodings", "sinusoidal,learned,rope,alibi,t5"],
+    "diff": ["diff", "vaswani", "tensor2tensor", "--positions", "16", "--dim", "8"],
+}
+
+
+@pytest.mark.parametrize("name", list(FIGURE_COMMANDS))
+def test_each_figure_is_one_command(name, tmp_path, capsys):
+    out = tmp_path / f"{name}.png"
+    assert main(["plot", *FIGURE_COMMANDS[name], "--out", str(out), "--dpi", "40"]) == 0, capsys.readouterr().err
+    data = out.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 2000
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left behind
+
+
+def test_experiment_report_plot(tmp_path):
+    report = {"eval_lengths": [32, 64], "config": {"train_len": 32},
+              "rows": [{"encoding": "rope", "ppl": {"32": 5.0, "64": 6.5}},
+                       {"encoding": "alibi", "ppl": {"32": 5.5, "64": 5.4}}]}
+    (tmp_path / "r.json").write_text(__import__("json").dumps(report))
+    out = tmp_path / "ppl.png"
+    assert main(["plot", "experiment", str(tmp_path / "r.json"), "--out", str(out)]) == 0
+    args = types.SimpleNamespace(report=str(tmp_path / "r.json"))
+    lines = plot.figure_experiment(args).axes[0].get_lines()
+    np.testing.assert_array_equal(lines[0].get_ydata(), [5.0, 6.5])
+    assert [line.get_label() for line in lines[:2]] == ["rope", "alibi"]
+
+
+def test_svg_by_suffix(tmp_path):
+    out = tmp_path / "diff.svg"
+    assert main(["plot", "diff", "meta-llama", "hf-llama", "--positions", "8", "--dim", "8", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.lstrip().startswith("<?xml") and "<svg" in text
+
+
+def test_table_matches_spec(backend):
+    """The plotted table is the backend's output, within the float32 tolerance of the spec."""
+    title, panels, pos = plot.encoding_tables("fairseq", 40, 16, backend=backend.name)
+    conv = posenc_np.conventions["fairseq"]
+    assert pos[0] == conv.position_offset and backend.name in title
+    desired = posenc_np.sinusoidal(np.arange(2, 42), 16, **conv.params)
+    result = compare(panels["sinusoidal"], desired, tolerance("float32", max_angle=41.0))
+    assert result.passed, result
+
+
+def test_rope_table_is_cos_sin_in_the_convention_layout():
+    _, panels, _ = plot.encoding_tables("meta-llama", 12, 8)
+    cos, sin = posenc_np.rope_cos_sin(np.arange(12), 8, layout="interleaved")
+    np.testing.assert_array_equal(panels["cos"], cos)
+    np.testing.assert_array_equal(panels["sin"], sin)
+
+
+def test_rope_decay_curves_follow_roformer():
+    dim = 64
+    d, upper, logits = plot.rope_decay_curves(dim, 300)
+    inv_freq, _ = posenc_np.rope_frequencies(dim)
+    # q = k = ones: each rotated pair contributes 2 cos(m theta_j)
+    closed = 2 * np.cos(d[:, None] * inv_freq[None, :]).sum(axis=1)
+    result = compare(logits, closed, tolerance("float64", scale=dim))
+    assert result.passed, result
+    # at m = 0, |S_j| = j + 1, so the bound is the mean of 1 .. d/2; it then decays (RoFormer sec. 3.4.3)
+    assert upper[0] == pytest.approx((dim // 2 + 1) / 2)
+    assert upper[-100:].mean() < upper[0] / 3
+
+
+def test_position_interpolation_slows_the_decay():
+    _, plain, _ = plot.rope_decay_curves(64, 200)
+    _, stretched, _ = plot.rope_decay_curves(64, 200, scaling={"rope_type": "linear", "factor": 4.0})
+    # PI divides the frequencies by 4: the bound at distance 4m equals the plain bound at m
+    np.testing.assert_allclose(stretched[::4], plain[: len(stretched[::4])], rtol=1e-9)
+
+
+@pytest.mark.parametrize("encoding", plot.ATTENTION_ENCODINGS)
+def test_attention_weights_are_distributions(encoding):
+    words = "to be or not to be".split()
+    weights, _ = plot.attention_weights(encoding, words, 16, causal=True)
+    np.testing.assert_allclose(weights.sum(axis=-1), 1.0, rtol=1e-12)
+    assert np.all(np.triu(weights, 1) == 0)
+
+
+def test_attention_map_repeats_a_repeated_word_only_without_position():
+    """'to be' occurs twice: with no encoding both copies attend identically; with sinusoids they differ."""
+    words = "to be or not to be".split()
+    none, _ = plot.attention_weights("none", words, 32)
+    sinus, _ = plot.attention_weights("sinusoidal", words, 32)
+    np.testing.assert_allclose(none[0], none[4], rtol=1e-12)
+    assert np.abs(sinus[0] - sinus[4]).max() > 1e-3
+
+
+def test_trained_table_is_used(tmp_path, capsys):
+    table = np.random.default_rng(1).normal(size=(30, 12))
+    path = tmp_path / "t.npy"
+    np.save(path, table)
+    args = types.SimpleNamespace(convention=None, encoding="learned", table=str(path), dim=64, positions=30,
+                                 backend="numpy", base=None, seed=0)
+    figure = plot.figure_table(args)
+    image = figure.axes[0].images[0].get_array()
+    np.testing.assert_array_equal(np.asarray(image), table)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["table", "--encoding", "sinusiodal"], "sinusiodal"),
+    (["table", "--convention", "t5"], "t5"),
+    (["bias", "--encoding", "rope"], "rope"),
+    (["attention-maps", "--encodings", "sinusoidal,relative"], "relative"),
+    (["rope-decay", "--scaling", "{linear"], "{linear"),
+    (["rope-decay", "--scaling", '{"rope_type": "linear"}'], "factor"),
+    (["table", "--dim", "7"], "dim"),
+    (["diff", "vaswani", "hf-llama"], "different encodings"),
+    (["table", "--table", "/nonexistent/t.npy"], "/nonexistent/t.npy"),
+    (["experiment", "/nonexistent/r.json"], "/nonexistent/r.json"),
+    (["bias", "--encoding", "t5", "--table", "/nonexistent/t.npy"], "/nonexistent/t.npy"),
+])
+def test_bad_input_exits_2(argv, needle, tmp_path, capsys):
+    out = tmp_path / "x.png"
+    assert main(["plot", *argv, "--out", str(out)]) == 2
+    assert needle in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("out, needle", [("missing/x.png", "does not exist"), ("x.jpg", ".png")])
+def test_unwritable_output_exits_2(out, needle, tmp_path, capsys):
+    assert main(["plot", "table", "--out", str(tmp_path / out)]) == 2
+    assert needle in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
