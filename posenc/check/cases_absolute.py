@@ -18,7 +18,7 @@ LONG = 2**20
 def _sinusoid_tol(positions, params):
     inv_freq = sinusoid_inv_freq(DIM, base=params["base"], denominator=params["denominator"])
     max_angle = float(np.abs(np.asarray(positions, np.float64)).max() * inv_freq.max())
-    return lambda desired, dtype: tolerance(dtype, max_angle=max_angle)
+    return lambda desired, dtype, args: tolerance(dtype, max_angle=max_angle)
 
 
 def _sinusoid_case(convention, case, positions, description):
@@ -56,7 +56,7 @@ def _learned_case(convention, case, rows, positions, description):
         table = rng.normal(size=(rows, DIM)).astype(numpy_dtype(dtype))
         return (table, positions), {}
 
-    register(Case("learned", convention, case, make, lambda desired, dtype: tolerance(dtype, exact=True),
+    register(Case("learned", convention, case, make, lambda desired, dtype, args: tolerance(dtype, exact=True),
                   description=description))
 
 
@@ -76,7 +76,7 @@ def _resize_case(name, old_len, new_len, method, align_corners=False, cubic_a=-0
         table = (np.cumsum(rng.normal(size=(old_len, 8)), axis=0) / np.sqrt(old_len)).astype(numpy_dtype(dtype))
         return (table, new_len), {"method": method, "align_corners": align_corners, "cubic_a": cubic_a}
 
-    def tol(desired, dtype):
+    def tol(desired, dtype, args):
         return tolerance(dtype, scale=gain * max(float(np.abs(desired).max()), 1e-30))
 
     register(Case("resize_table", name, f"{old_len}->{new_len}", make, tol,

@@ -1,11 +1,20 @@
-"""Suite cases for the attention biases: ALiBi (three forms), T5 (buckets and bias), relative embeddings,
+"""Check cases for the attention biases: ALiBi (three forms), T5 (buckets and bias), relative embeddings,
 and whole attention outputs with each bias.
 
-Case sets: "short" (positions 0..7), "long" (queries near 8192), "kv-offset" (queries n-4 .. n-1 against
-keys 0..n-1, a decoding step with a cache), "left-pad" (`[batch, seq]` positions as BLOOM's cumsum of a
-left-padded attention mask gives). Under jit (one torch compile per case and dtype) run "kv-offset",
-the bucket exactness and the attention cases; the rest run eagerly (under jit the position math is
-the same code with traced positions).
+This is the only conformance matrix for these encodings: `posenc check` runs it, and so does
+tests/backends/test_conformance.py (one test id per case x backend x dtype x mode).
+
+Case sets (positions, `POSITIONS`): "short" (0..7), "long" (queries near 8192), "kv-offset" (queries n-4
+.. n-1 against keys 0..n-1, a decoding step with a cache), "left-pad" (`[batch, seq]` positions as BLOOM's
+cumsum of a left-padded attention mask gives), and "kv-offset-long" (a cache step far from 0 against
+strided keys: ALiBi 8188..8191 vs every 512th key below 8192, T5 1020..1023 vs every 31st key below 1024,
+beyond max_distance; relative 60..63 vs 0..63, far beyond the clip). Every convention runs every case set
+that applies to it. Under jit (one compile per case, dtype and backend) run "kv-offset", the bucket
+exactness and the attention cases; the other sets run eagerly (under jit the position math is the same
+code with traced positions, which "kv-offset" already traces).
+
+Tolerances are derived from the case's own inputs (`tol(desired, dtype, args)`), so `--seed` changes
+every case's inputs, attention included.
 """
 
 from __future__ import annotations
@@ -14,8 +23,9 @@ import numpy as np
 
 from posenc_np._dtypes import numpy_dtype
 from posenc_np.alibi import alibi_bias
-from posenc_np.attention import attention_tolerance
+from posenc_np.attention import attention_tolerance, causal_mask
 from posenc_np.conventions import conventions
+from posenc_np.relative import relative_embeddings
 from posenc_np.t5 import t5_bias
 from posenc_np.testing import Tolerance, tolerance
 from .registry import Case, register
@@ -25,63 +35,74 @@ HEAD_DIM = 8
 EAGER = ("eager",)
 
 _MASK = np.array([[0, 0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1]])
+_LEFT_PAD = (np.cumsum(_MASK, axis=1) - 1) * _MASK
 POSITIONS = {
     "short": (np.arange(8), np.arange(8)),
     "long": (np.arange(8184, 8192), np.arange(0, 8192, 256)),
     "kv-offset": (np.arange(28, 32), np.arange(32)),
-    "left-pad": ((np.cumsum(_MASK, axis=1) - 1) * _MASK, (np.cumsum(_MASK, axis=1) - 1) * _MASK),
+    "left-pad": (_LEFT_PAD, _LEFT_PAD),
+    "kv-offset-long": (np.arange(8188, 8192), np.arange(0, 8192, 512)),
 }
 DESCRIPTIONS = {
     "short": "positions 0..7",
     "long": "queries 8184..8191, keys 0..8191 step 256",
     "kv-offset": "queries 28..31 against keys 0..31 (cache step)",
     "left-pad": "[2, 8] positions, cumsum of a left-padded mask",
+    "kv-offset-long": "queries 8188..8191 against keys 0..8191 step 512 (cache step, long)",
 }
 
 
-def _scaled(desired, dtype):
+def _same_dtype(dtype):
+    return dtype
+
+
+def _int32(dtype):
+    return "int32"
+
+
+def _scaled(desired, dtype, args):
     return tolerance(dtype, scale=float(np.abs(desired).max()))
 
 
-def _exact(desired, dtype):
+def _exact(desired, dtype, args):
     return tolerance(dtype, exact=True)
 
 
-def _modes(case):
-    return ("eager", "jit") if case == "kv-offset" else EAGER
+def _modes(case_set):
+    return ("eager", "jit") if case_set == "kv-offset" else EAGER
 
 
 # --- ALiBi --------------------------------------------------------------------------------------------
 
-def _alibi_case(convention, form, case):
-    q, k = POSITIONS[case]
+ALIBI_CONVENTIONS = {"press-alibi": conventions["press-alibi"].params["form"],
+                     "bloom-alibi": conventions["bloom-alibi"].params["form"],
+                     "alibi-symmetric": "symmetric"}
+
+
+def _alibi_case(convention, form, case_set):
+    q, k = POSITIONS[case_set]
 
     def make(rng, dtype):
         return (HEADS, q, k), {"form": form, "dtype": dtype}
 
-    register(Case("alibi_bias", convention, case, make, _scaled, modes=_modes(case),
-                  description=f"form={form}, {HEADS} heads, {DESCRIPTIONS[case]}"))
+    register(Case("alibi_bias", convention, case_set, make, _scaled, modes=_modes(case_set), out_dtype=_same_dtype,
+                  description=f"form={form}, {HEADS} heads, {DESCRIPTIONS[case_set]}"))
 
 
-for _case in ("short", "long", "kv-offset", "left-pad"):
-    _alibi_case("press-alibi", conventions["press-alibi"].params["form"], _case)
-for _case in ("kv-offset", "left-pad"):
-    _alibi_case("bloom-alibi", conventions["bloom-alibi"].params["form"], _case)
-for _case in ("short", "long"):
-    _alibi_case("alibi-symmetric", "symmetric", _case)
+for _convention, _form in ALIBI_CONVENTIONS.items():
+    for _set in POSITIONS:
+        _alibi_case(_convention, _form, _set)
 
 
-def _qkv(q_len, k_len, dtype, seed):
-    """Attention inputs from a fixed seed, so a case's tolerance can rebuild what its make() built."""
-    rng = np.random.default_rng(seed)
-    cast = numpy_dtype(dtype)
-    return tuple(rng.normal(size=(2, HEADS, n, HEAD_DIM)).astype(cast) for n in (q_len, k_len, k_len))
+def _qkv(rng, q_len, k_len, dtype, batch=2):
+    return tuple(rng.normal(size=(batch, HEADS, n, HEAD_DIM)).astype(numpy_dtype(dtype)) for n in (q_len, k_len, k_len))
 
 
-def _attention_tol(q_len, k_len, seed, bias_of, scale=None):
-    def tol(desired, dtype):
-        q, k, v = _qkv(q_len, k_len, dtype, seed)
-        tols = attention_tolerance(q, k, v, bias=bias_of(), scale=scale, dtype=dtype)
+def _attention_tol(bias_of, scale=None):
+    """Tolerance of an attention case whose args start with (q, k, v); `bias_of(args)` is the float64 bias."""
+    def tol(desired, dtype, args):
+        q, k, v = args[:3]
+        tols = attention_tolerance(q, k, v, bias=bias_of(args), scale=scale, dtype=dtype)
         return max(tols, key=lambda t: t.atol)  # out and weights are compared together
 
     return tol
@@ -95,17 +116,16 @@ def _alibi_attention_case(convention, form):
     q_pos, k_pos = POSITIONS["kv-offset"]
 
     def make(rng, dtype):
-        return (*_qkv(len(q_pos), len(k_pos), dtype, 11), q_pos, k_pos), {"form": form}
+        return (*_qkv(rng, len(q_pos), len(k_pos), dtype), q_pos, k_pos), {"form": form}
 
     register(Case("alibi_bias", convention, "attention-causal", make,
-                  _attention_tol(len(q_pos), len(k_pos), 11, lambda: alibi_bias(HEADS, q_pos, k_pos, form=form)),
-                  fn=_alibi_attention,
+                  _attention_tol(lambda args: alibi_bias(HEADS, args[3], args[4], form=form)),
+                  fn=_alibi_attention, out_dtype=_same_dtype,
                   description=f"attention(bias=alibi {form}, causal=True), {DESCRIPTIONS['kv-offset']}"))
 
 
-_alibi_attention_case("press-alibi", "causal")
-_alibi_attention_case("bloom-alibi", "bloom")
-_alibi_attention_case("alibi-symmetric", "symmetric")
+for _convention, _form in ALIBI_CONVENTIONS.items():
+    _alibi_attention_case(_convention, _form)
 
 
 def _form_gap(m, q, k, v, q_positions, k_positions):
@@ -117,12 +137,11 @@ def _form_gap(m, q, k, v, q_positions, k_positions):
 
 def _make_gap(rng, dtype):
     q_pos, k_pos = POSITIONS["kv-offset"]
-    return (*_qkv(len(q_pos), len(k_pos), dtype, 12), q_pos, k_pos), {}
+    return (*_qkv(rng, len(q_pos), len(k_pos), dtype), q_pos, k_pos), {}
 
 
-def _gap_tol(desired, dtype):
-    q_pos, k_pos = POSITIONS["kv-offset"]
-    q, k, v = _qkv(len(q_pos), len(k_pos), dtype, 12)
+def _gap_tol(desired, dtype, args):
+    q, k, v, q_pos, k_pos = args
     # the difference of two weight tensors, each within the weights tolerance of the same spec value
     weights = attention_tolerance(q, k, v, bias=alibi_bias(HEADS, q_pos, k_pos, form="bloom"), dtype=dtype)[1]
     return Tolerance(2 * weights.atol, f"2 x ({weights.why})")
@@ -149,81 +168,123 @@ register(Case("alibi_bias", "alibi-forms", "raw-logits-differ", lambda rng, dtyp
 T5_POSITIONS = {
     **{name: POSITIONS[name] for name in ("short", "kv-offset", "left-pad")},
     "long": (np.arange(1020, 1028), np.arange(0, 1100, 37)),  # distances beyond max_distance: last bucket
+    "kv-offset-long": (np.arange(1020, 1024), np.arange(0, 1024, 31)),
 }
+T5_DESCRIPTIONS = {**DESCRIPTIONS, "long": "queries 1020..1027, keys 0..1099 step 37 (beyond max_distance)",
+                   "kv-offset-long": "queries 1020..1023 against keys 0..1023 step 31 (cache step, long)"}
 
 
-def _t5_case(convention, case):
-    q, k = T5_POSITIONS[case]
+def _t5_case(convention, case_set):
+    q, k = T5_POSITIONS[case_set]
     params = dict(conventions[convention].params)
 
     def make(rng, dtype):
         table = rng.normal(size=(params["num_buckets"], HEADS)).astype(numpy_dtype(dtype))
         return (table, q, k), params
 
-    register(Case("t5_bias", convention, case, make, _exact, modes=_modes(case),
-                  description=f"table [{params['num_buckets']}, {HEADS}] gathered, {DESCRIPTIONS.get(case, case)}"))
+    register(Case("t5_bias", convention, case_set, make, _exact, modes=_modes(case_set), out_dtype=_same_dtype,
+                  description=f"table [{params['num_buckets']}, {HEADS}] gathered, {T5_DESCRIPTIONS[case_set]}"))
 
 
-for _case in ("short", "long", "kv-offset", "left-pad"):
-    _t5_case("t5", _case)
-for _case in ("long", "kv-offset"):
-    _t5_case("t5-decoder", _case)
+for _convention in ("t5", "t5-decoder"):
+    for _set in T5_POSITIONS:
+        _t5_case(_convention, _set)
 
 
-def _bucket_case(convention):
-    params = dict(conventions[convention].params)
+def _bucket_case(convention, case_set="bucket-exact", **override):
+    params = {**conventions[convention].params, **override}
     relative = np.arange(-4 * params["max_distance"], 4 * params["max_distance"] + 1)
 
     def make(rng, dtype):
         return (relative,), params
 
-    register(Case("t5_bucket", convention, "bucket-exact", make, _exact, dtypes=("float32",),
-                  description="every relative position in +-4 max_distance, int32 buckets exactly"))
+    detail = "" if not override else (f", num_buckets={params['num_buckets']}, max_distance={params['max_distance']}"
+                                      ": a float64 log would bucket distances 8, 16, 64 differently")
+    register(Case("t5_bucket", convention, case_set, make, _exact, dtypes=("float32",), out_dtype=_int32,
+                  description=f"every relative position in +-4 max_distance, int32 buckets exactly{detail}"))
 
 
-_bucket_case("t5")
-_bucket_case("t5-decoder")
+for _convention in ("t5", "t5-decoder"):
+    _bucket_case(_convention)
+    # where HF's float32 log and a float64 log disagree (see tests/reference/test_t5_reference.py)
+    _bucket_case(_convention, "bucket-exact-18x128", num_buckets=18, max_distance=128)
 
 
 def _t5_attention(m, q, k, v, table, q_positions, k_positions):
     return m.attention(q, k, v, bias=m.t5_bias(table, q_positions, k_positions), scale=1.0)
 
 
-def _t5_table(dtype):
-    return np.random.default_rng(13).normal(size=(32, HEADS)).astype(numpy_dtype(dtype))
-
-
 def _make_t5_attention(rng, dtype):
     q_pos, k_pos = POSITIONS["kv-offset"]
-    return (*_qkv(len(q_pos), len(k_pos), dtype, 14), _t5_table(dtype), q_pos, k_pos), {}
+    table = rng.normal(size=(32, HEADS)).astype(numpy_dtype(dtype))
+    return (*_qkv(rng, len(q_pos), len(k_pos), dtype), table, q_pos, k_pos), {}
 
 
-def _t5_attention_tol(desired, dtype):
-    q_pos, k_pos = POSITIONS["kv-offset"]
-    bias = t5_bias(_t5_table(dtype).astype(np.float64), q_pos, k_pos)
-    return _attention_tol(len(q_pos), len(k_pos), 14, lambda: bias, scale=1.0)(desired, dtype)
-
-
-register(Case("t5_bias", "t5", "attention-unscaled", _make_t5_attention, _t5_attention_tol, fn=_t5_attention,
+register(Case("t5_bias", "t5", "attention-unscaled", _make_t5_attention,
+              _attention_tol(lambda args: t5_bias(args[3].astype(np.float64), args[4], args[5]), scale=1.0),
+              fn=_t5_attention, out_dtype=_same_dtype,
               description="attention(bias=t5_bias, scale=1.0): T5's unscaled logits, cache step"))
 
 
 # --- relative (Shaw, HF BERT relative_key) --------------------------------------------------------------
 
-def _relative_case(convention, case, max_distance):
-    q, k = POSITIONS[case]
-    params = dict(conventions[convention].params)
+RELATIVE_POSITIONS = {**{name: POSITIONS[name] for name in ("short", "kv-offset", "left-pad")},
+                      "kv-offset-long": (np.arange(60, 64), np.arange(64))}
+RELATIVE_DESCRIPTIONS = {**DESCRIPTIONS, "kv-offset-long": "queries 60..63 against keys 0..63 (cache step)"}
+
+
+def _relative_case(convention, case_set, max_distance, params=None):
+    q, k = RELATIVE_POSITIONS[case_set]
+    params = dict(conventions[convention].params) if params is None else params
 
     def make(rng, dtype):
         table = rng.normal(size=(2 * max_distance + 1, HEAD_DIM)).astype(numpy_dtype(dtype))
         return (table, q, k), {"max_distance": max_distance, **params}
 
-    register(Case("relative_embeddings", convention, case, make, _exact, modes=_modes(case),
-                  description=f"k={max_distance}, {DESCRIPTIONS[case]}"))
+    register(Case("relative_embeddings", convention, case_set, make, _exact, modes=_modes(case_set),
+                  out_dtype=_same_dtype, description=f"k={max_distance}, {params}, {RELATIVE_DESCRIPTIONS[case_set]}"))
 
 
-for _case in ("short", "kv-offset", "left-pad"):
-    _relative_case("shaw", _case, 4)  # clipped: distances reach 31
+for _set in RELATIVE_POSITIONS:
+    _relative_case("shaw", _set, 4)  # clipped: distances reach 63
+    # the query - key sign (HF BERT's) with Shaw's clipping: the sign and the clip are independent options
+    _relative_case("query-key-clipped", _set, 4, {"sign": "query-key"})
 # HF BERT: k = max_position_embeddings - 1 with every position below max_position_embeddings (no clip)
 _relative_case("hf-bert-relative-key", "short", 7)
 _relative_case("hf-bert-relative-key", "kv-offset", 31)
+
+
+def _make_shaw_attention(rng, dtype):
+    """Shaw's logit term q . a_ij folded into a dense bias (in `dtype`, as a model would hold it)."""
+    q, k, v = _qkv(rng, 5, 5, dtype)
+    rel = relative_embeddings(rng.normal(size=(5, HEAD_DIM)), np.arange(5), np.arange(5), max_distance=2)
+    bias = np.einsum("bhqd,qkd->bhqk", q.astype(np.float64), rel) / np.sqrt(HEAD_DIM)
+    return (q, k, v, bias.astype(numpy_dtype(dtype))), {}
+
+
+register(Case("relative_embeddings", "shaw", "attention-bias", _make_shaw_attention,
+              _attention_tol(lambda args: args[3].astype(np.float64)),
+              fn=lambda m, q, k, v, bias: m.attention(q, k, v, bias=bias), out_dtype=_same_dtype,
+              description="attention(bias=q . relative_embeddings / sqrt(d)): a dense [batch, heads, q, k] bias"))
+
+
+# --- attention without a bias -------------------------------------------------------------------------
+
+def _make_causal(rng, dtype):
+    return _qkv(rng, 5, 5, dtype), {}
+
+
+register(Case("attention", "no-bias", "causal", _make_causal, _attention_tol(lambda args: None),
+              fn=lambda m, q, k, v: m.attention(q, k, v, causal=True), out_dtype=_same_dtype,
+              description="attention(causal=True), no bias, 5 x 5"))
+
+
+def _make_masked(rng, dtype):
+    q, k, v = _qkv(rng, 4, 12, dtype)
+    future = (~causal_mask(4, 12)).astype(numpy_dtype(dtype))  # 1 where the causal mask hides the key
+    return (q, k, v, future), {}
+
+
+register(Case("attention", "no-bias", "causal-masked-zeros", _make_masked, _exact,
+              fn=lambda m, q, k, v, future: m.attention(q, k, v, causal=True)[1] * future, out_dtype=_same_dtype,
+              description="weights of masked keys are exactly 0 (not ~1e-9): 4 queries against 12 keys"))

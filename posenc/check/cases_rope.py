@@ -77,7 +77,7 @@ def _rope_case(tag, case, params, *, head_dim=HEAD_DIM, modes=("eager", "jit")):
         x = rng.standard_normal(shape).astype(numpy_dtype(dtype))
         return (x, positions.astype(np.int64)), dict(params)
 
-    def tol(desired, dtype):
+    def tol(desired, dtype, args):
         return tolerance(dtype, max_angle=max_angle, scale=float(np.abs(desired.astype(np.float64)).max()))
 
     register(Case("apply_rope", tag, case, make, tol, modes=modes,

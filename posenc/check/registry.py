@@ -9,15 +9,20 @@ Encodings register their cases in their own module (`cases_absolute.py`, `cases_
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from posenc_np._dtypes import BACKEND_DTYPES
 from posenc_np.conventions import FAMILY_OF_ENCODING
 from posenc_np.testing import Tolerance
 
-__all__ = ["Case", "register", "all_cases", "CASE_MODULES"]
+__all__ = ["Case", "register", "all_cases", "CASE_MODULES", "DTYPES", "MODES"]
+
+#: The dtypes and modes a case runs in unless it lists fewer (the one list of modes; dtypes are the spec's).
+DTYPES = BACKEND_DTYPES
+MODES = ("eager", "jit")
 
 #: Modules that register cases, in report order.
 CASE_MODULES = ("cases_absolute", "cases_rope", "cases_bias", "cases_grad")
@@ -25,35 +30,37 @@ CASE_MODULES = ("cases_absolute", "cases_rope", "cases_bias", "cases_grad")
 
 @dataclass(frozen=True)
 class Case:
-    """One comparison, run for every backend x dtype x mode.
+    """One comparison, run for every backend x dtype x mode it lists.
 
     Attributes:
         encoding: the contract function called on every package ("sinusoidal", "apply_rope", ...), or
             a function of the case's own when `fn` is given.
         convention: a `posenc_np.conventions` name, or a variant tag ("yarn", "linear-cubic") when no
             named convention applies.
-        case: the case set ("short", "long", "kv-offset", "per-row", "left-pad", "broadcast", "grad").
+        case_set: the inputs' set ("short", "long", "kv-offset", "per-row", "left-pad", "broadcast", "grad").
         make: `(rng, dtype) -> (args, kwargs)`: NumPy inputs; float inputs already in `dtype`
             (`ml_dtypes.bfloat16` for bfloat16); a `dtype=` keyword, if any, as the dtype name string.
-        tol: `(desired_float64, dtype) -> Tolerance`, or `(desired_float64, dtype, args) -> Tolerance` when
-            `tol_needs_inputs` (a bound that depends on the inputs, e.g. a gradient's cotangent).
+        tol: `(desired_float64, dtype, args) -> Tolerance`: `args` are the inputs `make` built, for bounds
+            that depend on them (attention logits, a gradient's cotangent); most cases ignore them.
         fn: `(package_module, *args, **kwargs) -> array` when the comparison is not a single contract
             call (a module, a gradient, an attention path); it is run on the spec with `posenc_np`.
         dtypes: the dtypes this case applies to (default: all of the suite's).
         description: one line for the report.
+        modes: the modes this case runs in (jit costs a compile per case, dtype and backend).
+        out_dtype: `(dtype) -> dtype name` every output array of a backend must have (eager), or None
+            when the case does not pin it; tests/backends/test_conformance.py checks it.
     """
 
     encoding: str
     convention: str
-    case: str
+    case_set: str
     make: Callable
-    tol: Callable[[np.ndarray, str], Tolerance]
+    tol: Callable[[np.ndarray, str, tuple], Tolerance]
     fn: Callable | None = None
-    dtypes: tuple = ("float32", "bfloat16", "float16")
+    dtypes: tuple = DTYPES
     description: str = ""
-    modes: tuple = ("eager", "jit")
-    tags: tuple = field(default_factory=tuple)
-    tol_needs_inputs: bool = False
+    modes: tuple = MODES
+    out_dtype: Callable[[str], str] | None = None
 
     @property
     def family(self) -> str:
@@ -61,7 +68,16 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.family}/{self.convention}/{self.case}"
+        return f"{self.family}/{self.convention}/{self.case_set}"
+
+    # Transitional, for runner.py until it reads `case_set` and calls `tol(desired, dtype, args)` always.
+    @property
+    def case(self) -> str:
+        return self.case_set
+
+    @property
+    def tol_needs_inputs(self) -> bool:
+        return True
 
 
 _CASES: list[Case] = []
@@ -76,9 +92,5 @@ def register(case: Case) -> Case:
 
 def all_cases() -> list[Case]:
     for name in CASE_MODULES:
-        try:
-            importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as error:  # an encoding family not written yet; anything else raises
-            if error.name != f"{__package__}.{name}":
-                raise
+        importlib.import_module(f"{__package__}.{name}")
     return list(_CASES)
