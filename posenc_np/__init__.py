@@ -1,7 +1,7 @@
 """posenc_np: the specification. Float64 NumPy, every encoding with its formula and source.
 
 Backends (posenc_torch, posenc_tf, posenc_jax) export the same names and are checked against these
-functions by `posenc check`. See ../shared/API.md for the contract.
+functions by `posenc check`. The public reference is docs/api.md.
 """
 
 from .alibi import alibi_bias, alibi_slopes

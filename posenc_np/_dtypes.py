@@ -1,6 +1,6 @@
 """Dtype names shared by the spec, the backends and the equivalence suite.
 
-`dtype=None` means float64 in the spec and float32 in a backend (../shared/API.md). Backends map the
+`dtype=None` means float64 in the spec and float32 in a backend (docs/api.md, common rules). Backends map the
 names below onto their own dtype objects; the spec uses NumPy's and `ml_dtypes.bfloat16`.
 """
 

@@ -3,7 +3,7 @@
 `conventions["tensor2tensor"].params` are the keyword arguments that make `sinusoidal` compute what
 tensor2tensor's `get_timing_signal_1d` computes; `position_offset` is the first position a codebase
 uses (fairseq and RoBERTa start at padding_idx + 1 = 2). The formulas and the evidence for each entry
-are in ../shared/research/pe-conventions.md (section numbers in `source`).
+are in docs/conventions.md (subsection numbers in `source`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Convention:
 
 
 _ALL = [
-    # --- sinusoidal (pe-conventions.md section 1) ---
+    # --- sinusoidal (docs/conventions.md §1) ---
     Convention(
         "vaswani", "sinusoidal", {"layout": "interleaved", "denominator": "dim", "base": 10000.0},
         source="Vaswani et al. 2017 (arXiv:1706.03762) section 3.5; keras-hub sine_position_encoding.py",
@@ -66,7 +66,7 @@ _ALL = [
     ),
     Convention(
         "tensor2tensor", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
-        source="tensor2tensor/layers/common_attention.py get_timing_signal_1d (pe-conventions.md 1.2)",
+        source="tensor2tensor/layers/common_attention.py get_timing_signal_1d (1.2)",
         notes="Frequencies base**(-i/(dim/2-1)) and [sin | cos] halves; also TF Model Garden's "
               "'RelativePositionEmbedding' and Flax's WMT sinusoidal_init.",
     ),

@@ -1,4 +1,4 @@
-"""`posenc doctor A B`: name the known convention mismatch that turns A into B (catalogue §8).
+"""`posenc doctor A B`: name the known convention mismatch that turns A into B (docs/conventions.md §8).
 
 Each candidate is a transformation of A; the first one whose result equals B within the tolerance
 policy names the mismatch. Candidates, in order:

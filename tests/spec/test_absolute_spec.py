@@ -11,7 +11,7 @@ import posenc_np as pn
 from posenc_np import conventions
 
 
-# --- against the published formulas (pe-conventions.md sections 1.2, 1.3) -------------------------
+# --- against the published formulas (docs/conventions.md 1.2, 1.3) -------------------------
 
 def t2t_timing_signal(length, channels, min_timescale=1.0, max_timescale=1.0e4, start_index=0):
     """tensor2tensor get_timing_signal_1d, restated from its formula (log increment, [sin | cos])."""
