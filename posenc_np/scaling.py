@@ -19,6 +19,10 @@ Types and their source:
     llama3     Meta llama-models `apply_scaling`, HF `_compute_llama3_parameters`
     longrope   Ding et al. 2024 (arXiv:2402.13753), HF `_compute_longrope_parameters`: short factors
                while s <= L, long factors above
+    proportional  Gemma 4 full-attention layers (HF `_compute_proportional_rope_parameters`, transformers
+               5.x): inv_j = base ** (-2j / r) / factor for j < k = int(partial_rotary_factor * r // 2),
+               inv_j = 0 for k <= j < r/2. Here r is the whole head dim: the output always has r/2 pairs, so
+               in half layout the rotated channels are [0, k) and [r/2, r/2 + k), not partial rotary's [0, 2k)
     keras-hub-dynamic  keras-hub RotaryEmbedding rope_type="dynamic": inv_j / factor ** (r / (r - 2)) at
                every length (NOT HF's length-triggered dynamic NTK)
     keras-hub-yarn     keras-hub RotaryEmbedding rope_type="yarn": truncate defaults to False, high is
@@ -144,8 +148,15 @@ def _check_llama3(params, rotary_dim):
     _number(params, "factor")
     low, high = _number(params, "low_freq_factor"), _number(params, "high_freq_factor")
     _length(params, "original_max_position_embeddings")
-    if low >= high:
-        raise ValueError(f"scaling['low_freq_factor']={low} must be < scaling['high_freq_factor']={high}")
+    if low > high:
+        raise ValueError(f"scaling['low_freq_factor']={low} must be <= scaling['high_freq_factor']={high}")
+
+
+def _check_proportional(params, rotary_dim):
+    _number(params, "factor")
+    fraction = _number(params, "partial_rotary_factor", positive=False)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"scaling['partial_rotary_factor']={fraction!r} must be in [0, 1] for rope_type='proportional'")
 
 
 def _check_longrope(params, rotary_dim):
@@ -236,10 +247,22 @@ def _llama3(r, base, p, seq_len):
     factor, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
     original = p["original_max_position_embeddings"]
     wavelen = 2 * math.pi / inv_freq
+    if low == high:  # Llama 4 Scout (low = high = 1): the smoothed band [L/high, L/low] is one wavelength wide
+        if np.any(wavelen == original / low):  # there HF's smooth factor is 0/0 = NaN; never silently pick a side
+            raise ValueError(f"scaling low_freq_factor == high_freq_factor == {low} puts a wavelength exactly on "
+                             f"original_max_position_embeddings / {low}, where HF's smooth factor is 0/0 (NaN)")
+        return np.where(wavelen > original / low, inv_freq / factor, inv_freq), 1.0
     smooth = (original / wavelen - low) / (high - low)
     medium = (1 - smooth) * inv_freq / factor + smooth * inv_freq
     out = np.where(wavelen > original / low, inv_freq / factor, np.where(wavelen < original / high, inv_freq, medium))
     return out, 1.0
+
+
+def _proportional(r, base, p, seq_len):
+    rotated = int(p["partial_rotary_factor"] * r // 2)  # HF's int(rope_proportion * head_dim // 2)
+    inv_freq = np.zeros(r // 2, dtype=np.float64)
+    inv_freq[:rotated] = default_inv_freq(r, base)[:rotated]  # exponent 2j / head_dim, not 2j / (2 * rotated)
+    return inv_freq / p["factor"], 1.0
 
 
 def _longrope(r, base, p, seq_len):
@@ -273,6 +296,8 @@ SCALING_TYPES = MappingProxyType({t.name: t for t in [
     ScalingType("longrope", ("short_factor", "long_factor", "original_max_position_embeddings"),
                 {"factor": None, "attention_factor": None}, _longrope, _check_longrope, seq_dependent=True,
                 source=f"{_HF} _compute_longrope_parameters"),
+    ScalingType("proportional", (), {"factor": 1.0, "partial_rotary_factor": 1.0}, _proportional, _check_proportional,
+                source=f"{_HF} _compute_proportional_rope_parameters (5.24; Gemma 4)"),
     ScalingType("keras-hub-dynamic", ("factor",), {}, _keras_dynamic, _check_ntk,
                 source="keras_hub/src/layers/modeling/rotary_embedding.py rope_type='dynamic'"),
     ScalingType("keras-hub-yarn", ("factor", "original_max_position_embeddings"),
@@ -311,7 +336,7 @@ def resolve_scaling(scaling, *, rotary_dim: int, base: float) -> tuple[ScalingTy
         theta = params.pop("rope_theta")
         if theta is not None and float(theta) != float(base):
             raise ValueError(f"scaling['rope_theta']={theta!r} disagrees with base={base!r}; pass it as base=")
-    if "partial_rotary_factor" in params:
+    if "partial_rotary_factor" in params and "partial_rotary_factor" not in kind.optional:
         raise ValueError("scaling['partial_rotary_factor'] is not a scaling key: pass rotary_dim= or rotary_pct= "
                          "(scaling_from_hf_config does this)")
     missing = [k for k in kind.required if params.get(k) is None]
