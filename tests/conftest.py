@@ -8,14 +8,20 @@ option every installed framework is tested, and a framework that is installed bu
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
-from posenc.adapters import BackendUnavailable, adapter
+# Shared test helpers live in tests/helpers.py (`from helpers import ...`), importable under any
+# --import-mode; conftest holds only hooks and fixtures.
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
+from posenc.adapters import BackendUnavailable, adapter  # noqa: E402
+from posenc.check.registry import DTYPES, MODES  # noqa: E402
 
 ALL_BACKENDS = ("torch", "tf", "jax")
-DTYPES = ("float32", "bfloat16", "float16")
-MODES = ("eager", "jit")
 
 
 def pytest_addoption(parser):
@@ -82,19 +88,19 @@ def jit_cache():
     return {}
 
 
-def backend_module(name):
-    return adapter(name).module
+@pytest.fixture(scope="session")
+def backend_names(request):
+    """The names of the backends this run tests (`--backends`, or every installed one)."""
+    return selected_backends(request.config)
 
 
-def keras_bias_round_trip(layer, seq_len, path):
-    """Save a model around a (q_positions, k_positions) Keras layer as .keras, load it without
-    custom_objects, and return (model output, loaded output, loaded layer) for the same positions."""
-    import keras
-    import numpy as np
+@pytest.fixture
+def require_backend(backend_names):
+    """`require_backend(name)` -> that backend's package (posenc_torch, ...) for a test of one framework's
+    own idiom; the test is skipped, saying why, when `--backends` does not select it."""
+    def need(name):
+        if name not in backend_names:
+            pytest.skip(f"backend {name!r} not selected (--backends {','.join(backend_names) or 'none'})")
+        return adapter(name).module
 
-    positions = keras.Input(shape=(seq_len,), dtype="int32", batch_size=1)
-    model = keras.Model(positions, layer(positions, positions))
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    x = np.arange(seq_len)[None].astype(np.int32)
-    return np.asarray(model(x)), np.asarray(loaded(x)), loaded.layers[-1]
+    return need

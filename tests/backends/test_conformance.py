@@ -1,26 +1,28 @@
-"""Every registered suite case, on every backend x dtype x mode, against the float64 spec.
+"""Every registered check case, on every backend x dtype x mode it lists, against the float64 spec.
 
-The same registry drives `posenc check`; here each comparison is its own test id
-(`test_case[rope/hf-llama/short-torch-bfloat16-jit]`), so one failure hides nothing.
-torch.compile runs with the aot_eager backend here (the same fullgraph capture without Inductor's C++
-code generation, ~20 s per graph on CI's CPUs); tests/test_compile.py runs Inductor on one case per
-family.
+This is the project's one conformance matrix: the same registry (posenc/check/cases_*.py) drives
+`posenc check`; here each comparison is its own test id (`test_case[rope/hf-llama/short-torch-bfloat16-jit]`),
+so one failure hides nothing. A case lists only the dtypes and modes it runs in, so nothing here is
+generated only to be skipped. torch.compile runs with the aot_eager backend here (the same fullgraph
+capture without Inductor's C++ code generation, ~20 s per graph on CI's CPUs); tests/backends/test_compile.py
+runs Inductor on one case per family.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from posenc.check.registry import all_cases
+from posenc.check.registry import DTYPES, MODES, all_cases
 from posenc.check.runner import run
 
 CASES = all_cases()
 
-
 COMBOS = [pytest.param(case, dtype, mode, id=f"{case.id}-{dtype}-{mode}")
-          for case in CASES for dtype in ("float32", "bfloat16", "float16") if dtype in case.dtypes
-          for mode in ("eager", "jit") if mode in case.modes]
+          for case in CASES for dtype in DTYPES if dtype in case.dtypes
+          for mode in MODES if mode in case.modes]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -37,10 +39,32 @@ def test_case(case, backend, dtype, mode, jit_cache):
         f"tol={record.tol} ({record.tol_why}) worst={record.worst_index} {record.message}")
 
 
-def test_cases_have_unique_ids_and_finite_tolerances():
-    ids = [c.id for c in CASES]
-    assert len(ids) == len(set(ids))
-    rng = np.random.default_rng(0)
-    for case in CASES:
-        args, kwargs = case.make(rng, "float32")
-        assert args, case.id
+def _arrays(out):
+    return [a for o in out for a in _arrays(o)] if isinstance(out, (tuple, list)) else [out]
+
+
+@pytest.mark.parametrize("case, dtype", [pytest.param(case, dtype, id=f"{case.id}-{dtype}") for case in CASES
+                                         if case.out_dtype is not None for dtype in DTYPES if dtype in case.dtypes])
+def test_output_dtype(case, backend, dtype):
+    """The backend's outputs have the dtype the case pins (bias in the model's dtype, int32 buckets)."""
+    args, kwargs = case.make(np.random.default_rng(0), dtype)
+    out = backend.call(case.fn or case.encoding, args, kwargs, mode="eager")
+    assert [np.asarray(a).dtype.name for a in _arrays(out)] == [case.out_dtype(dtype)] * len(_arrays(out))
+
+
+def test_case_ids_are_unique():
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_case_runs_on_the_numpy_backend_with_a_finite_tolerance(dtype):
+    """The spec package itself as a backend (inputs in `dtype`, results cast once): every case builds its
+    inputs, derives a finite, non-negative tolerance from them (0 only when exact) and passes."""
+    cases = [c for c in CASES if dtype in c.dtypes]
+    records = run(cases, backends=["numpy"], dtypes=[dtype], modes=["eager"], seed=0, require=["numpy"])
+    assert len(records) == len(cases)
+    for record in records:
+        assert record.tol is not None and math.isfinite(record.tol) and record.tol >= 0, record
+        assert record.tol_why, record
+        assert record.status == "pass", (f"{record.family}/{record.convention}/{record.case}: {record.status} "
+                                         f"{record.max_abs_err} > {record.tol} {record.message}")

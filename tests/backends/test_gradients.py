@@ -1,7 +1,7 @@
 """Gradients with respect to the trainable tables (T5 bias, Shaw relative embeddings, learned absolute):
 the spec's finite differences are the scatter-add, and the backends agree with each other. Each backend
-against the spec, eager and jitted, is the suite's `grad` cases (posenc_np/suite/cases_grad.py), run by
-tests/test_conformance.py. A gather's gradient is a scatter-add; a random cotangent g checks it: d/dT sum(out * g)."""
+against the spec, eager and jitted, is the registry's `grad` cases (posenc/check/cases_grad.py), run by
+tests/backends/test_conformance.py. A gather's gradient is a scatter-add; a random cotangent g checks it: d/dT sum(out * g)."""
 
 from __future__ import annotations
 
@@ -63,12 +63,10 @@ def test_spec_finite_difference_is_scatter_add(name):
 
 
 @pytest.mark.parametrize("name", list(ENCODINGS))
-def test_backends_agree(request, name):
-    from conftest import selected_backends
-
-    names = selected_backends(request.config)
+def test_backends_agree(backend_names, name):
+    names = list(backend_names)
     if len(names) < 2:
-        pytest.skip("needs two backends")
+        pytest.skip(f"needs two selected backends, --backends selects {names}")
     table, cotangent, fn = _inputs(name)
     grads = {b: _backend_grad(b, fn, table, cotangent, "eager") for b in names}
     first = names[0]
@@ -77,13 +75,15 @@ def test_backends_agree(request, name):
         assert result.passed, f"{other} vs {first}: {result.max_abs_err:.3g} > {result.atol:.3g}"
 
 
-def test_t5_table_gradient_through_flex_attention_matches_sdpa():
+def test_t5_table_gradient_through_flex_attention_matches_sdpa(require_backend):
     """T5 bias inside FlexAttention's score_mod passes gradients to the table like the materialised bias.
 
     Eager FlexAttention: with torch 2.13 on CPU, compiling the backward of a score_mod that reads a
     trainable tensor fails inside Inductor (IndexError); the compiled forward works (test_attention).
     """
-    torch = pytest.importorskip("torch")
+    require_backend("torch")
+    import torch
+
     from posenc_torch.attention import flex_attention, sdpa_attention, t5_score_mod
 
     rng = np.random.default_rng(0)

@@ -1,5 +1,9 @@
-"""ALiBi: spec against the paper's slope rule, MPT's `gen_slopes` and HF BLOOM's `build_alibi_tensor`;
-the three forms' softmax equivalence under a causal mask; backends and modules against the spec."""
+"""ALiBi spec: the paper's slope rule, MPT's `gen_slopes` (re-typed), the three forms' formulas and their
+softmax equivalence under a causal mask, shapes, validation.
+
+NumPy and ml_dtypes only. HF BLOOM's `build_alibi_tensor`: tests/reference/test_bias_reference.py; the
+backends against the spec: the registry's alibi cases (tests/backends/test_conformance.py); modules:
+tests/backends/test_bias_modules.py."""
 
 from __future__ import annotations
 
@@ -9,15 +13,10 @@ import numpy as np
 import pytest
 
 import posenc_np as pn
-from posenc_np._dtypes import numpy_dtype
-from posenc_np.testing import compare, tolerance
+from helpers import assert_close
+from posenc_np.testing import tolerance
 
 FORMS = ["symmetric", "causal", "bloom"]
-
-
-def _assert_close(actual, desired, tol):
-    result = compare(actual, desired, tol)
-    assert result.passed, f"max abs err {result.max_abs_err:.3g} at {result.worst_index} > {tol}: {result.message}"
 
 
 def _mpt_gen_slopes(n, bias_max=8):
@@ -43,19 +42,7 @@ def test_slopes_non_power_of_two_golden():
 
 @pytest.mark.parametrize("num_heads", [1, 2, 3, 5, 6, 7, 12, 16, 20, 24, 40, 64, 71, 96])
 def test_slopes_match_mpt(num_heads):
-    _assert_close(pn.alibi_slopes(num_heads), _mpt_gen_slopes(num_heads), tolerance("float64"))
-
-
-@pytest.mark.parametrize("num_heads", [4, 6, 16])
-def test_bloom_form_matches_hf_build_alibi_tensor(num_heads):
-    torch = pytest.importorskip("torch")
-    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
-    mask = np.array([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]])
-    hf = bloom.build_alibi_tensor(torch.from_numpy(mask), num_heads, torch.float32).numpy()
-    hf = hf.reshape(mask.shape[0], num_heads, 1, mask.shape[1])
-    positions = (np.cumsum(mask, axis=-1) - 1) * mask  # BLOOM's padding-aware key positions
-    ours = pn.alibi_bias(num_heads, positions[:, -1:], positions, form="bloom")  # [batch, heads, 1, k]
-    _assert_close(hf, ours, tolerance("float32", scale=np.abs(ours).max()))
+    assert_close(pn.alibi_slopes(num_heads), _mpt_gen_slopes(num_heads), tolerance("float64"))
 
 
 def test_forms_formula():
@@ -77,8 +64,8 @@ def test_forms_same_softmax_under_causal_mask(q_offset):
     outs = [pn.attention(q, k, v, bias=pn.alibi_bias(heads, positions_q, positions_k, form=f), causal=True)
             for f in FORMS]
     for out, weights in outs[1:]:
-        _assert_close(weights, outs[0][1], tolerance("float64"))
-        _assert_close(out, outs[0][0], tolerance("float64", scale=np.abs(v).max()))
+        assert_close(weights, outs[0][1], tolerance("float64"))
+        assert_close(out, outs[0][0], tolerance("float64", scale=np.abs(v).max()))
 
 
 def test_forms_differ_without_mask():
@@ -91,7 +78,7 @@ def test_forms_differ_without_mask():
     x = rng.normal(size=(3, 4, 4, 8))
     weights = {f: pn.attention(x[0], x[1], x[2], bias=b)[1] for f, b in biases.items()}
     assert np.abs(weights["symmetric"] - weights["causal"]).max() > 1e-3
-    _assert_close(weights["bloom"], weights["causal"], tolerance("float64"))  # row shift cancels, mask or not
+    assert_close(weights["bloom"], weights["causal"], tolerance("float64"))  # row shift cancels, mask or not
     # ... but not with the other forms:
     assert np.abs(weights["bloom"] - weights["symmetric"]).max() > 1e-3
 
@@ -129,84 +116,3 @@ def test_bad_types():
         pn.alibi_slopes(2.5)
     with pytest.raises(TypeError, match="k_positions"):
         pn.alibi_bias(2, np.arange(3), np.array([True, False]))
-
-
-# --- backends ---------------------------------------------------------------------------------------
-
-POSITION_SETS = {
-    "short": (np.arange(6), np.arange(6)),
-    "kv-offset": (np.arange(8188, 8192), np.arange(8192)[::512]),  # long positions, queries at the end
-    "left-pad": ((np.cumsum([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], axis=1) - 1).clip(0),
-                 (np.cumsum([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], axis=1) - 1).clip(0)),
-}
-
-
-def skip_costly_torch_jit(backend, dtype, mode, representative):
-    """torch.compile costs ~20 s a graph on CPU: torch's jit mode runs the representative float32 cases."""
-    if mode == "jit" and backend.name == "torch" and (dtype != "float32" or not representative):
-        pytest.skip("torch.compile budget: torch jit runs float32 on the representative case only")
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("positions", list(POSITION_SETS))
-def test_backend_alibi_bias(backend, form, dtype, mode, positions, jit_cache):
-    skip_costly_torch_jit(backend, dtype, mode, positions == "kv-offset")
-    q, k = POSITION_SETS[positions]
-    desired = pn.alibi_bias(12, q, k, form=form)
-    actual = backend.call("alibi_bias", (12, q, k), {"form": form, "dtype": dtype}, mode=mode, cache=jit_cache)
-    assert actual.dtype == numpy_dtype(dtype)
-    _assert_close(actual, desired, tolerance(dtype, scale=np.abs(desired).max()))
-
-
-def test_backend_slopes(backend):
-    actual = backend.to_numpy(backend.module.alibi_slopes(12))
-    _assert_close(actual, pn.alibi_slopes(12), tolerance("float32"))
-
-
-def test_backend_bad_input(backend):
-    module = backend.module
-    with pytest.raises(ValueError, match="num_heads"):
-        module.alibi_bias(0, np.arange(3), np.arange(3))
-    with pytest.raises(ValueError, match="form"):
-        module.alibi_bias(2, np.arange(3), np.arange(3), form="linear")
-    with pytest.raises(ValueError, match="do not broadcast"):
-        module.alibi_bias(2, np.zeros((3, 4)), np.zeros((2, 4)))
-
-
-def test_module(backend):
-    back = backend
-    q, k = np.arange(3, 8), np.arange(8)
-    layer = back.module.ALiBi(6, form="causal")
-    actual = back.to_numpy(layer(back.from_numpy(q), back.from_numpy(k)))
-    desired = pn.alibi_bias(6, q, k, form="causal")
-    _assert_close(actual, desired, tolerance("float32", scale=np.abs(desired).max()))
-
-
-def test_torch_module_has_no_state_and_survives_cast():
-    torch = pytest.importorskip("torch")
-    import posenc_torch
-
-    layer = posenc_torch.ALiBi(4, form="symmetric").to(torch.bfloat16)
-    assert layer.state_dict() == {}
-    out = layer(torch.arange(300), torch.arange(300))
-    assert out.dtype == torch.float32  # the constructor's dtype; the cast has no slopes to round
-    desired = pn.alibi_bias(4, np.arange(300), np.arange(300))
-    _assert_close(out.numpy(), desired, tolerance("float32", scale=np.abs(desired).max()))
-
-
-def test_keras_layer_roundtrip(tmp_path):
-    keras = pytest.importorskip("keras")
-    import posenc_tf
-
-    layer = posenc_tf.ALiBi(4, form="bloom", dtype="mixed_bfloat16")
-    assert layer.get_config()["num_heads"] == 4 and layer.get_config()["form"] == "bloom"
-    q_in = keras.Input(shape=(5,), dtype="int32", batch_size=1)
-    model = keras.Model(q_in, layer(q_in, q_in))
-    path = tmp_path / "alibi.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    positions = np.arange(5)[None].astype(np.int32)
-    np.testing.assert_array_equal(np.asarray(loaded(positions)), np.asarray(model(positions)))
-    desired = pn.alibi_bias(4, positions, positions, form="bloom")
-    actual = np.asarray(model(positions)).astype(np.float64)
-    _assert_close(actual, desired, tolerance("bfloat16", scale=np.abs(desired).max()))

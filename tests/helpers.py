@@ -1,0 +1,65 @@
+"""Helpers shared by the tests (one copy each). tests/conftest.py puts this directory on sys.path, so a
+test module writes `from helpers import assert_close`; conftest itself holds only fixtures and hooks.
+
+Framework imports happen inside the helpers that need them, so spec tests can import this module in an
+environment with only NumPy and ml_dtypes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posenc_np.testing import Tolerance, compare, tolerance
+
+__all__ = ["EXACT", "assert_close", "keras_round_trip", "keras_bias_round_trip", "make_module", "table_of"]
+
+#: Bit-exact comparison (gathers, integer buckets).
+EXACT = tolerance("float32", exact=True)
+
+
+def assert_close(actual, desired, tol: Tolerance):
+    """Assert `actual` is within `tol` of `desired`, naming the worst element and the bound."""
+    result = compare(actual, desired, tol)
+    assert result.passed, (f"max abs err {result.max_abs_err:.3g} at {result.worst_index} > {tol}: "
+                           f"{result.message}")
+
+
+def keras_round_trip(model, path):
+    """Save a Keras model as .keras and load it back without `custom_objects` (the layers must be
+    registered serializable); returns the loaded model."""
+    import keras
+
+    model.save(path)
+    return keras.saving.load_model(path)
+
+
+def keras_bias_round_trip(layer, seq_len, path):
+    """Save a model around a `(q_positions, k_positions)` Keras layer as .keras, load it, and return
+    (model output, loaded output, loaded layer) for positions 0..seq_len-1."""
+    import keras
+
+    positions = keras.Input(shape=(seq_len,), dtype="int32", batch_size=1)
+    model = keras.Model(positions, layer(positions, positions))
+    loaded = keras_round_trip(model, path)
+    x = np.arange(seq_len)[None].astype(np.int32)
+    return np.asarray(model(x)), np.asarray(loaded(x)), loaded.layers[-1]
+
+
+def make_module(backend, name, *args, **kwargs):
+    """Construct `backend.module.<name>(*args, **kwargs)`; Flax NNX modules also take `rngs=nnx.Rngs(0)`."""
+    cls = getattr(backend.module, name)
+    if backend.name == "jax":
+        from flax import nnx
+
+        kwargs.setdefault("rngs", nnx.Rngs(0))
+    return cls(*args, **kwargs)
+
+
+def table_of(backend, module) -> np.ndarray:
+    """A bias module's trainable `table` as NumPy (torch Parameter, Keras Variable, NNX Param)."""
+    table = module.table
+    if backend.name == "jax":
+        table = table[...]
+    elif backend.name == "tf":
+        table = table.value
+    return backend.to_numpy(table)
