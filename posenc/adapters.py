@@ -1,14 +1,25 @@
-"""One small adapter per framework: import, to/from NumPy, jit, dtypes.
+"""One small adapter per framework: import, to/from NumPy, dtypes, jit, vjp.
 
-The equivalence suite (`posenc check`) and the tests use these and nothing else to reach a backend,
-so a new backend is one class here. A framework is imported only when its adapter is loaded.
+The only module of the application that names a framework: `posenc check`, `port`, `plot` and the
+tests reach a backend through `adapter(name)`, so a new framework is one class here (and its name in
+`BACKENDS`). A framework is imported only when its adapter is used.
+
+`BACKENDS` (the framework backends) is defined here once; the other axes of `posenc check` are the
+dtypes `posenc_np._dtypes.BACKEND_DTYPES` and the modes `posenc.check.registry.MODES` ("eager", "jit":
+`Adapter.call`'s `mode`). torch's jit mode compiles with
+`torch.compile(fullgraph=True)` on the backend passed as `compile_backend=`, by default
+`DEFAULT_TORCH_COMPILE_BACKEND`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
+import re
+import sys
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -16,14 +27,110 @@ import numpy as np
 from posenc_np._dtypes import dtype_name, numpy_dtype
 from posenc_np._freeze import freeze as _freeze
 
-__all__ = ["Adapter", "ADAPTERS", "adapter", "BACKENDS", "MODES", "BackendUnavailable"]
+__all__ = ["Adapter", "ADAPTERS", "adapter", "adapter_for", "BACKENDS", "SPEC",
+           "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable", "quiet_frameworks",
+           "QUIET_ENVIRONMENT"]
 
-BACKENDS = ("numpy", "torch", "tf", "jax")
-MODES = ("eager", "jit")
+#: The adapter of the float64 spec (posenc_np): what every backend is compared with.
+SPEC = "numpy"
+#: The framework backends, in report order: the `--backend` choices of `posenc check`.
+BACKENDS = ("torch", "tf", "jax")
+#: torch.compile backends `posenc check` offers. aot_eager captures exactly the same fullgraph as
+#: inductor (any graph break fails) and runs it with eager kernels, without Inductor's C++ code
+#: generation (~2-20 s per graph on a 2-core CPU); see docs/tolerances.md.
+TORCH_COMPILE_BACKENDS = ("aot_eager", "inductor")
+DEFAULT_TORCH_COMPILE_BACKEND = "aot_eager"
 
 
 class BackendUnavailable(ImportError):
     pass
+
+
+# quiet output ------------------------------------------------------------------------------------
+#: Environment a process sets before importing a framework so that its C++ logging stays quiet: TF's
+#: own logging drops INFO and WARNING. Passed on to the worker processes of `posenc check`.
+QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+# A C++ log line of TensorFlow / XLA: absl's format (`I0000 00:00:1700000000.123456   12345 port.cc:153] ...`),
+# which TF 2.17+ prints before absl::InitializeLog() whatever TF_CPP_MIN_LOG_LEVEL says, and TF's older
+# format (`2025-09-17 14:44:05.157831: I external/...cc:32] ...`). Fatal (F) lines are never dropped.
+_LOG_LINE = re.compile(rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
+                       rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+:\d+\] "
+                       rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+                       rb"|To enable the following instructions: .* rebuild TensorFlow with the appropriate)")
+# a partial line that could still become a log line (they start so) is held back until its newline
+_LOG_START = re.compile(rb"^[IWET0-9]")
+
+
+def _forward_filtered(read_fd: int, write_fd: int) -> None:
+    """Copy `read_fd` to `write_fd` line by line, dropping framework log lines, until end of file."""
+    pending = b""
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        kept = b"".join(line + b"\n" for line in lines if not _LOG_LINE.match(line))
+        if pending and not _LOG_START.match(pending):  # e.g. a progress display: no newline, shown at once
+            kept, pending = kept + pending, b""
+        if kept:
+            os.write(write_fd, kept)
+    if pending and not _LOG_LINE.match(pending):
+        os.write(write_fd, pending)
+    os.close(read_fd)
+
+
+@contextlib.contextmanager
+def quiet_frameworks(enabled: bool = True):
+    """Keep the frameworks' own log lines out of the output while the block runs (when `enabled`).
+
+    Sets `QUIET_ENVIRONMENT` (values the user set are kept) before any framework is imported, and routes
+    file descriptor 2 through a filter thread that drops C++ log lines (TensorFlow / XLA / absl), which
+    no environment variable silences since TF 2.17. Python's own `sys.stderr` keeps writing to the real
+    stream directly when it is the process's stderr, so messages, tracebacks and the progress display
+    (a terminal stays a terminal) are untouched. Worker processes inherit both. Restores everything on exit.
+    """
+    if not enabled:
+        yield
+        return
+    saved_env = {k: os.environ.get(k) for k in QUIET_ENVIRONMENT}
+    for key, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    try:
+        real = os.dup(2)
+    except OSError:  # no stderr at all: nothing to filter
+        real = None
+    thread = swapped = None
+    try:
+        if real is not None:
+            read_fd, write_fd = os.pipe()
+            thread = threading.Thread(target=_forward_filtered, args=(read_fd, real), daemon=True,
+                                      name="posenc-quiet-frameworks")
+            thread.start()
+            sys.stderr.flush()
+            os.dup2(write_fd, 2)
+            os.close(write_fd)
+            if sys.stderr is sys.__stderr__ and sys.stderr is not None:
+                swapped = sys.stderr
+                sys.stderr = open(os.dup(real), "w", buffering=1, encoding=swapped.encoding,
+                                  errors=swapped.errors)
+        yield
+    finally:
+        if swapped is not None:
+            sys.stderr.flush()
+            sys.stderr.close()
+            sys.stderr = swapped
+        if real is not None:
+            sys.stderr.flush()
+            os.dup2(real, 2)  # closes the pipe's last write end (workers have exited): the thread sees EOF
+            if thread is not None:
+                thread.join(timeout=5)
+            os.close(real)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class Adapter:
@@ -58,19 +165,31 @@ class Adapter:
         """The framework dtype object for a dtype name ("float32", "bfloat16", ...)."""
         raise NotImplementedError
 
-    # compilation -------------------------------------------------------------------------------
-    def jit(self, fn):
-        """Compile `fn(*arrays)`; non-array arguments must already be bound (closed over)."""
+    # compilation and differentiation ---------------------------------------------------------
+    def jit(self, fn, *, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
+        """Compile `fn(*arrays)`; non-array arguments must already be bound (closed over).
+
+        `compile_backend` is torch.compile's backend; the other frameworks have one compiler each.
+        """
+        raise NotImplementedError
+
+    def vjp(self, fn, primal, cotangent):
+        """The gradient of `sum(fn(primal) * cotangent)` with respect to `primal`, as this framework's array.
+
+        Works eagerly and inside this framework's jit (torch.func.vjp under torch.compile, GradientTape
+        under tf.function, jax.vjp under jax.jit); the cotangent is cast to the output's dtype.
+        """
         raise NotImplementedError
 
     def call(self, fn, args: tuple, kwargs: dict, *, mode: str = "eager", cache: dict | None = None,
-             key=None):
+             key=None, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
         """Run `fn(package_module, *args, **kwargs)`; NumPy arrays in `args` become tensors.
 
         `fn` may be a contract function name (then it is `getattr(package, fn)(*args, **kwargs)`).
         Python scalars and strings in `args`/`kwargs` are bound as constants, so under jit they are
         static and only the arrays are traced. `cache` (a dict) with `key` reuses a compiled function
         across calls: compile once per signature, the cost that dominates a suite run.
+        `compile_backend` is torch.compile's backend in jit mode (see `jit`).
         """
         module = self.module
         target = (lambda mod, *a, **k: getattr(mod, fn)(*a, **k)) if isinstance(fn, str) else fn
@@ -86,11 +205,12 @@ class Adapter:
         if mode == "eager":
             out = bound(*arrays)
         else:
-            full_key = (self.name, key if key is not None else fn, tuple(is_array), _freeze(statics), _freeze(kwargs),
+            full_key = (self.name, compile_backend, key if key is not None else fn, tuple(is_array),
+                        _freeze(statics), _freeze(kwargs),
                         tuple((a.shape, str(a.dtype)) for a in args if isinstance(a, np.ndarray)))
             compiled = None if cache is None else cache.get(full_key)
             if compiled is None:
-                compiled = self.jit(bound)
+                compiled = self.jit(bound, compile_backend=compile_backend)
                 if cache is not None:
                     cache[full_key] = compiled
             out = compiled(*arrays)
@@ -116,8 +236,21 @@ class NumpyAdapter(Adapter):
     def dtype(self, name):
         return numpy_dtype(name)
 
-    def jit(self, fn):
+    def jit(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
         return fn
+
+    def vjp(self, fn, primal, cotangent):
+        """The spec's gradient by central differences with step 1, exact (up to float64 rounding) for
+        an `fn` linear in `primal`, which the trainable tables' encodings are (gathers)."""
+        primal = np.asarray(primal, np.float64)
+        grad = np.zeros_like(primal)
+        for index in np.ndindex(primal.shape):
+            plus, minus = primal.copy(), primal.copy()
+            plus[index] += 1.0
+            minus[index] -= 1.0
+            grad[index] = np.sum((np.asarray(fn(plus), np.float64) - np.asarray(fn(minus), np.float64))
+                                 * cotangent) / 2
+        return grad
 
 
 class TorchAdapter(Adapter):
@@ -145,18 +278,23 @@ class TorchAdapter(Adapter):
 
         return getattr(torch, dtype_name(name))
 
-    def jit(self, fn):
+    def jit(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
         import torch
 
-        # POSENC_TORCH_COMPILE_BACKEND=aot_eager traces exactly the same graph (fullgraph: any graph
-        # break fails) without Inductor's C++ code generation; see docs/tolerances.md.
-        backend = os.environ.get("POSENC_TORCH_COMPILE_BACKEND", "inductor")
+        if compile_backend not in TORCH_COMPILE_BACKENDS:
+            raise ValueError(f"compile_backend={compile_backend!r} is not one of {list(TORCH_COMPILE_BACKENDS)}")
         # every compiled case shares the code object of `Adapter.call.bound`; Dynamo counts its
         # variants against one recompile limit (8 by default), which a suite run passes by design
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4096)
         torch._dynamo.config.accumulated_recompile_limit = max(
             torch._dynamo.config.accumulated_recompile_limit, 1 << 16)
-        return torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
+        return torch.compile(fn, fullgraph=True, dynamic=False, backend=compile_backend)
+
+    def vjp(self, fn, primal, cotangent):
+        import torch
+
+        out, pullback = torch.func.vjp(fn, primal)
+        return pullback(cotangent.to(out.dtype))[0]
 
 
 class TFAdapter(Adapter):
@@ -181,11 +319,19 @@ class TFAdapter(Adapter):
 
         return getattr(tf, dtype_name(name))
 
-    def jit(self, fn):
+    def jit(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
         import tensorflow as tf
 
         tf.get_logger().setLevel("ERROR")  # one tf.function per case is the design, not a retracing bug
         return tf.function(fn, jit_compile=True, reduce_retracing=False)
+
+    def vjp(self, fn, primal, cotangent):
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(primal)
+            out = fn(primal)
+        return tf.convert_to_tensor(tape.gradient(out, primal, output_gradients=tf.cast(cotangent, out.dtype)))
 
 
 class JaxAdapter(Adapter):
@@ -206,10 +352,16 @@ class JaxAdapter(Adapter):
 
         return getattr(jnp, dtype_name(name))
 
-    def jit(self, fn):
+    def jit(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
         import jax
 
         return jax.jit(fn)
+
+    def vjp(self, fn, primal, cotangent):
+        import jax
+
+        out, pullback = jax.vjp(fn, primal)
+        return pullback(cotangent.astype(out.dtype))[0]
 
 
 ADAPTERS = {a.name: a for a in (NumpyAdapter(), TorchAdapter(), TFAdapter(), JaxAdapter())}
@@ -217,6 +369,17 @@ ADAPTERS = {a.name: a for a in (NumpyAdapter(), TorchAdapter(), TFAdapter(), Jax
 
 @lru_cache(maxsize=None)
 def adapter(name: str) -> Adapter:
+    """The adapter of a backend name: "numpy" (the spec) or one of `BACKENDS`."""
     if name not in ADAPTERS:
         raise ValueError(f"backend={name!r} is not one of {list(ADAPTERS)}")
     return ADAPTERS[name]
+
+
+def adapter_for(package) -> Adapter:
+    """The adapter of a posenc package module (posenc_np, posenc_torch, ...) or its name."""
+    name = getattr(package, "__name__", package)
+    for candidate in ADAPTERS.values():
+        if candidate.package == name:
+            return candidate
+    raise ValueError(f"package={name!r} is not a posenc package; known: "
+                     f"{', '.join(a.package for a in ADAPTERS.values())}")

@@ -18,10 +18,9 @@ import pytest
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
-from posenc.adapters import BackendUnavailable, adapter  # noqa: E402
+from posenc.adapters import BACKENDS as ALL_BACKENDS  # noqa: E402
+from posenc.adapters import DEFAULT_TORCH_COMPILE_BACKEND, BackendUnavailable, adapter  # noqa: E402
 from posenc.check.registry import DTYPES, MODES  # noqa: E402
-
-ALL_BACKENDS = ("torch", "tf", "jax")
 
 
 def pytest_addoption(parser):
@@ -71,15 +70,13 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="module")
 def aot_eager():
-    """torch.compile with aot_eager in this module: the same fullgraph capture as Inductor without its
-    C++ code generation (~2-20 s per graph on CI's CPUs); tests/test_compile.py covers Inductor."""
-    old = os.environ.get("POSENC_TORCH_COMPILE_BACKEND")
-    os.environ["POSENC_TORCH_COMPILE_BACKEND"] = "aot_eager"
-    yield
-    if old is None:
-        os.environ.pop("POSENC_TORCH_COMPILE_BACKEND")
-    else:
-        os.environ["POSENC_TORCH_COMPILE_BACKEND"] = old
+    """The torch.compile backend of this module's jit tests: aot_eager, the same fullgraph capture as
+    Inductor without its C++ code generation (~2-20 s per graph on CI's CPUs). It is the adapters' default
+    (`posenc.adapters.DEFAULT_TORCH_COMPILE_BACKEND`, passed down explicitly, never through the
+    environment); this fixture guards the test time against a change of that default.
+    tests/backends/test_compile.py runs Inductor by passing compile_backend="inductor"."""
+    assert DEFAULT_TORCH_COMPILE_BACKEND == "aot_eager", DEFAULT_TORCH_COMPILE_BACKEND
+    return DEFAULT_TORCH_COMPILE_BACKEND
 
 
 @pytest.fixture(scope="session")

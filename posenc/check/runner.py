@@ -9,12 +9,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np._dtypes import is_float
 from posenc_np.testing import compare
-from ..adapters import BackendUnavailable, adapter
+
+from ..adapters import DEFAULT_TORCH_COMPILE_BACKEND, BackendUnavailable, adapter
 from .registry import Case
 
-__all__ = ["Record", "run", "terminal_progress"]
+__all__ = ["Record", "run", "run_parallel", "terminal_progress"]
 
 
 @dataclass
@@ -40,12 +41,8 @@ class Record:
         return asdict(self)
 
 
-def _is_float(a):
-    return isinstance(a, np.ndarray) and (a.dtype.kind == "f" or a.dtype == numpy_dtype("bfloat16"))
-
-
 def _spec_args(args, kwargs):
-    args64 = tuple(a.astype(np.float64) if _is_float(a) else a for a in args)
+    args64 = tuple(a.astype(np.float64) if isinstance(a, np.ndarray) and is_float(a) else a for a in args)
     kwargs64 = {k: (None if k == "dtype" else v) for k, v in kwargs.items()}
     return args64, kwargs64
 
@@ -69,8 +66,11 @@ def _as_float64(out):
     return np.asarray(out, np.float64)
 
 
-def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, jit_cache=None):
+def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, jit_cache=None,
+        compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
     """Compare every case x backend x dtype x mode; returns a list of `Record`s.
+
+    `compile_backend` is torch.compile's backend in torch's jit mode (`posenc.adapters.TORCH_COMPILE_BACKENDS`).
 
     A backend whose framework is not installed is skipped, unless it is in `require` (then every
     comparison it would have run is an error). A backend that is installed but fails to import is
@@ -110,7 +110,7 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
         started = time.perf_counter()
         try:
             out = adapter(backend).call(case.fn or case.encoding, args, kwargs, mode=mode, cache=jit_cache,
-                                        key=(case.id, dtype))
+                                        key=(case.id, dtype), compile_backend=compile_backend)
             result = compare(_as_float64(out), desired, tol)
         except Exception as error:  # one failing backend must not hide the rest of the matrix
             records.append(Record(**base, status="error", tol=tol.atol, tol_why=tol.why,
@@ -140,8 +140,12 @@ def terminal_progress(stream=sys.stderr):
     return show
 
 
-def _run_group(case_ids, backends, dtypes, modes, seed, require, environ):
-    """Worker: one process per backend group, so frameworks never share an interpreter or a core."""
+def _run_group(case_ids, backends, dtypes, modes, seed, require, environ, compile_backend):
+    """Worker: one process per backend group, so frameworks never share an interpreter or a core.
+
+    `environ` (the parent's framework settings, quiet logging included) is applied before any framework
+    is imported; the worker's stderr is the parent's, so the parent's log filter sees its output too.
+    """
     import os
 
     os.environ.update(environ)
@@ -149,7 +153,8 @@ def _run_group(case_ids, backends, dtypes, modes, seed, require, environ):
 
     wanted = set(case_ids)
     cases = [c for c in all_cases() if c.id in wanted]
-    return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require)
+    return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
+               compile_backend=compile_backend)
 
 
 #: Relative cost of a backend in a suite run, measured on a 2-core CPU (JAX's eager mode dispatches and
@@ -167,7 +172,8 @@ def _balanced_groups(backends, jobs):
     return [g for g in groups if g]
 
 
-def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, progress=None):
+def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, progress=None,
+                 compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
     """`run` with the backends split over `jobs` processes (spawned, one framework set each).
 
     Compilation dominates a suite run and is CPU-bound, so on a 2-core machine two processes halve
@@ -180,19 +186,20 @@ def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, 
     groups = _balanced_groups(backends, jobs)
     if len(groups) < 2:
         return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
-                   progress=progress)
+                   progress=progress, compile_backend=compile_backend)
+    # the frameworks' settings, quiet logging (`posenc.adapters.quiet_frameworks`) included
     environ = {k: v for k, v in os.environ.items() if k.startswith(("POSENC_", "TF_", "KERAS_", "JAX_", "XLA_"))}
     ids = [c.id for c in cases]
     context = multiprocessing.get_context("spawn")
     records = []
     with concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=context) as pool:
-        futures = {pool.submit(_run_group, ids, group, dtypes, modes, seed, list(require), environ): group
+        futures = {pool.submit(_run_group, ids, group, dtypes, modes, seed, list(require), environ,
+                               compile_backend): group
                    for group in groups}
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             records += future.result()
             if progress:
                 progress(done, len(groups), f"backends {','.join(futures[future])} done")
-    order = {(c.id, d, b, m): n for n, (c, d, b, m) in enumerate(
+    order = {(c.family, c.convention, c.case, d, b, m): n for n, (c, d, b, m) in enumerate(
         (c, d, b, m) for c in cases for d in dtypes for b in backends for m in modes)}
-    return sorted(records, key=lambda r: order.get((f"{r.family}/{r.convention}/{r.case}", r.dtype, r.backend,
-                                                    r.mode), 0))
+    return sorted(records, key=lambda r: order.get((r.family, r.convention, r.case, r.dtype, r.backend, r.mode), 0))

@@ -17,15 +17,11 @@ torch = pytest.importorskip("torch")
 FIRST_OF_FAMILY = list({c.family: c for c in reversed(all_cases()) if "float32" in c.dtypes and "jit" in c.modes}.values())
 
 
-@pytest.fixture
-def inductor(monkeypatch):
-    monkeypatch.setenv("POSENC_TORCH_COMPILE_BACKEND", "inductor")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", FIRST_OF_FAMILY, ids=[c.id for c in FIRST_OF_FAMILY])
-def test_inductor_agrees_with_spec(case, inductor):
-    (record,) = run([case], backends=["torch"], dtypes=["float32"], modes=["jit"], require=["torch"])
+def test_inductor_agrees_with_spec(case):
+    (record,) = run([case], backends=["torch"], dtypes=["float32"], modes=["jit"], require=["torch"],
+                    compile_backend="inductor")
     assert record.status == "pass", record
 
 
