@@ -1,15 +1,17 @@
-"""`posenc port` and `posenc doctor` (added to the `posenc` command line by posenc_np/cli.py)."""
+"""`posenc port` and `posenc doctor`: the command line translated into `Rules` / `PresetOptions`, then `port()`."""
 
 from __future__ import annotations
 
 import json
 
-from ..errors import UsageError
 from posenc_np.rope import ROPE_LAYOUTS, scaling_from_hf_config
-from .mapping import Rules
-from .presets import PRESETS, get_preset
 
-__all__ = ["add_subcommands", "cmd_port", "cmd_doctor"]
+from ..errors import UsageError
+from ..io import check_output
+from .mapping import Rules
+from .presets import PRESETS, PresetOptions, get_preset
+
+__all__ = ["add_parser", "cmd_port", "cmd_doctor", "rules_from_args"]
 
 
 def _pair(value, what, convert=str):
@@ -38,100 +40,99 @@ def rules_from_args(args) -> Rules:
         if len(parts) != 3 or not args.heads:
             raise UsageError(f"--split-qkv {value!r}: needs three target names (q,k,v) and --heads")
         splits.append((glob, parts, None, ("q", "k", "v")))  # rows from --heads / --kv-heads
-    rules = Rules(rename=[_pair(v, "--rename") for v in args.rename or ()], drop=list(args.drop or ()),
-                  transpose=list(args.transpose or ()) + list(args.t5_bias or ()),
-                  strip=[_pair(v, "--strip-offset", _positive) for v in args.strip_offset or ()],
-                  pad=[_pair(v, "--add-offset", _positive) for v in args.add_offset or ()],
-                  resize=[(*_pair(v, "--resize", _positive), args.resize_method) for v in args.resize or ()],
-                  reverse=list(args.reverse or ()), rope_q=list(args.rope_q or ()), rope_k=list(args.rope_k or ()),
-                  heads=args.heads, kv_heads=args.kv_heads, rope_from=args.rope_from, rope_to=args.rope_to,
-                  rotary_dim=args.rotary_dim)
     layout = args.t5_source_layout
     other = "buckets-heads" if layout == "heads-buckets" else "heads-buckets"
-    rules.tags = [(g, {"t5": {"source_layout": layout, "target_layout": other}}) for g in args.t5_bias or ()]
-    rules.split = splits
-    return rules
+    return Rules(rename=[_pair(v, "--rename") for v in args.rename or ()], drop=list(args.drop or ()),
+                 transpose=list(args.transpose or ()) + list(args.t5_bias or ()), split=splits,
+                 strip=[_pair(v, "--strip-offset", _positive) for v in args.strip_offset or ()],
+                 pad=[_pair(v, "--add-offset", _positive) for v in args.add_offset or ()],
+                 resize=[(*_pair(v, "--resize", _positive), args.resize_method) for v in args.resize or ()],
+                 reverse=list(args.reverse or ()), rope_q=list(args.rope_q or ()), rope_k=list(args.rope_k or ()),
+                 heads=args.heads, kv_heads=args.kv_heads, rope_from=args.rope_from, rope_to=args.rope_to,
+                 rotary_dim=args.rotary_dim,
+                 tags=[(g, {"t5": {"source_layout": layout, "target_layout": other}}) for g in args.t5_bias or ()])
 
 
-def _rope_settings(args, rules):
-    """Base, scaling and rotary_dim for verification and the sidecar (flags, else --hf-config)."""
+def _rope_scaling(args):
+    """--rope-scaling parsed (None when not given); the namespace itself is never changed."""
+    if args.rope_scaling is None:
+        return None
+    try:
+        return json.loads(args.rope_scaling)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"--rope-scaling {args.rope_scaling!r} is not JSON: {error}") from None
+
+
+def _rope_settings(args, scaling):
+    """Base, scaling and rotary_dim for verification and the sidecar (flags first, else --hf-config)."""
     found = {}
     if args.hf_config:
         try:
             found = scaling_from_hf_config(args.hf_config)
         except (ValueError, TypeError) as error:
             raise UsageError(f"--hf-config: {error}") from None
-    scaling = args.rope_scaling if args.rope_scaling is not None else found.get("scaling")
-    base = args.rope_theta or found.get("base") or 10000.0
-    rotary_dim = args.rotary_dim or (found.get("rotary_dim") if args.hf_config else None)
-    return dict(base=float(base), scaling=scaling, rotary_dim=rotary_dim, source=rules.rope_from,
-                target=rules.rope_to)
+    return dict(base=float(args.rope_theta or found.get("base") or 10000.0),
+                scaling=scaling if scaling is not None else found.get("scaling"),
+                rotary_dim=args.rotary_dim or found.get("rotary_dim"))
 
 
-def _check_report_path(path):
-    """Fail before any work when --json cannot be written (the port itself would already be done)."""
-    import os
-
-    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise UsageError(f"cannot write --json {path!r}: its directory does not exist")
+_CONVERSION_FLAGS = ("rename", "drop", "transpose", "split_qkv", "strip_offset", "add_offset", "resize", "reverse",
+                     "rope_q", "rope_k", "t5_bias")
 
 
 def cmd_port(args) -> int:
-    from .core import port, report_text
+    from .core import port, report_text, rope_sidecar, write_json
+    from .formats import open_reader
 
-    _check_report_path(args.json)
-    if args.rope_scaling is not None:
-        try:
-            args.rope_scaling = json.loads(args.rope_scaling)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"--rope-scaling {args.rope_scaling!r} is not JSON: {error}") from None
-    conversion_flags = [f for f in ("rename", "drop", "transpose", "split_qkv", "strip_offset", "add_offset", "resize",
-                                    "reverse", "rope_q", "rope_k", "t5_bias") if getattr(args, f)]
-    if args.resize_positions is not None and args.preset not in ("hf-bert-to-flax", "hf-bert-to-keras"):
-        raise UsageError("--resize-positions belongs to the BERT presets; use --resize GLOB=LEN otherwise")
+    if args.json:
+        check_output(args.json, what="--json report")
+    scaling = _rope_scaling(args)
     if args.preset:
+        conversion_flags = [f for f in _CONVERSION_FLAGS if getattr(args, f)]
         if conversion_flags:
             raise UsageError(f"--preset {args.preset} takes no conversion options (got --"
                              f"{', --'.join(f.replace('_', '-') for f in conversion_flags)})")
-        from .formats import open_reader
-
-        preset = get_preset(args.preset, open_reader(args.source), args)
+        options = PresetOptions(heads=args.heads, kv_heads=args.kv_heads, rope_theta=args.rope_theta,
+                                rotary_dim=args.rotary_dim, rope_scaling=scaling,
+                                resize_positions=args.resize_positions, resize_method=args.resize_method)
+        preset = get_preset(args.preset, open_reader(args.source), options)
+        rules = preset.rules
         kwargs = dict(rope=preset.rope, sidecar=preset.sidecar, extra=preset.extra, metadata=preset.metadata,
                       target_format=preset.target_format)
-        rules = preset.rules
     else:
+        if args.resize_positions is not None:
+            raise UsageError("--resize-positions belongs to the BERT presets; use --resize GLOB=LEN otherwise")
         rules = rules_from_args(args)
-        rope = _rope_settings(args, rules) if rules.rope_from else None
-        sidecar = None
-        if rope or args.rope_theta or args.rope_scaling is not None or args.hf_config:
-            settings = _rope_settings(args, rules)
-            sidecar = {"rope": {"layout": rules.rope_to, "base": settings["base"], "rotary_dim": settings["rotary_dim"],
-                                "scaling": settings["scaling"], "num_heads": rules.heads,
-                                "num_kv_heads": rules.kv_heads or rules.heads, "source_layout": rules.rope_from}}
+        rope = sidecar = None
+        if rules.rope_from or args.rope_theta or scaling is not None or args.hf_config:
+            settings = _rope_settings(args, scaling)
+            if rules.rope_from:
+                rope = dict(settings, source=rules.rope_from, target=rules.rope_to)
+            sidecar = rope_sidecar(layout=rules.rope_to, source_layout=rules.rope_from, num_heads=rules.heads,
+                                   num_kv_heads=rules.kv_heads or rules.heads, **settings)
         kwargs = dict(rope=rope, sidecar=sidecar)
     result = port(args.source, args.target, rules, seed=args.seed, **kwargs)
     print(report_text(result))
     if args.json:
-        from .core import write_json
-
         write_json(args.json, result.as_dict())
     return 0 if result.verified else 1
 
 
 def cmd_doctor(args) -> int:
+    from .core import write_json
     from .doctor import diagnose_files
 
-    _check_report_path(args.json)
+    if args.json:
+        check_output(args.json, what="--json report")
     diagnosis = diagnose_files(args.a, args.b)
     print(diagnosis.text())
     if args.json:
-        from .core import write_json
-
         write_json(args.json, diagnosis.as_dict())
     return 0 if diagnosis.explained else 1
 
 
-def add_subcommands(subparsers) -> None:
+def add_parser(subparsers) -> None:
+    """Add `port` and `doctor` to the `posenc` command line."""
     port = subparsers.add_parser(
         "port", help="convert a checkpoint between frameworks and conventions, then verify it",
         description="Convert SOURCE into TARGET (format from the name: .safetensors, .npz, .pt/.bin, .weights.h5, "

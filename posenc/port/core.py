@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UsageError
-from .formats import atomic_target, detect_format, open_reader, write_checkpoint
+from ..io import atomic_output, check_output, write_atomic
+from .formats import detect_format, open_reader, write_checkpoint
 from .mapping import build_plan
 from .verify import Check, verify_plan
 
-__all__ = ["port", "PortResult", "UNVERIFIED_SUFFIX", "report_text", "write_json"]
+__all__ = ["port", "PortResult", "UNVERIFIED_SUFFIX", "report_text", "write_json", "rope_sidecar"]
 
 UNVERIFIED_SUFFIX = ".unverified"
 # the framework whose backend recomputes the encodings on a target of each format
@@ -57,21 +58,20 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
     reader = open_reader(source)
     if _same_file(source, target):
         raise UsageError(f"TARGET {target!r} is SOURCE: posenc never overwrites its input")
-    if os.path.isdir(target):
-        raise UsageError(f"TARGET {target!r} is a directory; name the output file")
+    check_output(target, what="TARGET")
     fmt = detect_format(target)
     if target_format and fmt != target_format:
         raise UsageError(f"this preset writes {target_format}; TARGET {target!r} names {fmt}")
     entries = build_plan(reader, rules)
     if rope is not None:
         rope = _check_rope(rope, entries, sidecar)
-    with atomic_target(target) as tmp:
+    with atomic_output(target, what="TARGET") as tmp:
         try:
-            write_checkpoint(tmp.tmp, fmt, [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader))
+            write_checkpoint(tmp.path, fmt, [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader))
                                             for e in entries], metadata)
         except (ValueError, TypeError, OSError) as error:
             raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
-        written = open_reader(tmp.tmp, fmt)
+        written = open_reader(tmp.path, fmt)
         verify = _guarded(lambda src, tgt: verify_plan(entries, src, tgt, rope=rope, seed=seed,
                                                        framework=FRAMEWORK_OF[fmt],
                                                        extra=[_guarded(fn) for fn in extra]))
@@ -84,6 +84,12 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
         sidecar_path = final + ".rope.json"
         write_json(sidecar_path, sidecar)
     return PortResult(source, target, final, verified, entries, checks, sidecar_path, rope)
+
+
+def rope_sidecar(*, layout, base, rotary_dim, scaling, num_heads, num_kv_heads, source_layout) -> dict:
+    """The `TARGET.rope.json` sidecar: the RoPE settings a loader of TARGET needs, next to the weights."""
+    return {"rope": {"layout": layout, "base": base, "rotary_dim": rotary_dim, "scaling": scaling,
+                     "num_heads": num_heads, "num_kv_heads": num_kv_heads, "source_layout": source_layout}}
 
 
 def _check_rope(rope, entries, sidecar):
@@ -115,12 +121,9 @@ def _guarded(fn):
     return run
 
 
-def write_json(path, obj):
-    with atomic_target(path) as tmp:
-        with open(tmp.tmp, "w") as f:
-            json.dump(obj, f, indent=2, default=_jsonable)
-            f.write("\n")
-        tmp.commit(path)
+def write_json(path, obj, *, what="report"):
+    """`obj` as indented JSON (NumPy scalars as numbers), written atomically."""
+    write_atomic(path, json.dumps(obj, indent=2, default=_jsonable) + "\n", what=what)
 
 
 def _jsonable(value):

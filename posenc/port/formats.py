@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import zipfile
 
 import numpy as np
@@ -25,7 +24,7 @@ import numpy as np
 from posenc_np._dtypes import numpy_dtype
 from ..errors import UsageError
 
-__all__ = ["FORMATS", "detect_format", "open_reader", "write_checkpoint", "Reader", "atomic_target", "drop_pages"]
+__all__ = ["FORMATS", "detect_format", "open_reader", "write_checkpoint", "Reader", "drop_pages"]
 
 FORMATS = ("safetensors", "npz", "pt", "keras-h5", "msgpack")
 _SUFFIXES = ((".weights.h5", "keras-h5"), (".safetensors", "safetensors"), (".npz", "npz"), (".pt", "pt"),
@@ -229,37 +228,6 @@ def _read_msgpack(path):
 
 _READERS = {"safetensors": _read_safetensors, "npz": _read_npz, "pt": _read_pt, "keras-h5": _read_h5,
             "msgpack": _read_msgpack}
-
-
-class atomic_target:
-    """Write to a temporary file in the target's directory; `commit(path)` renames it into place.
-
-    Leaving the `with` block without a commit (an error, a failed verification that keeps nothing)
-    deletes the temporary file, so no half-written output is ever left behind.
-    """
-
-    def __init__(self, target):
-        directory = os.path.dirname(os.path.abspath(target))
-        if not os.path.isdir(directory):
-            raise UsageError(f"cannot write {str(target)!r}: directory {directory!r} does not exist")
-        # keep the suffix: Keras' load_weights (used by the verification) insists on `.weights.h5`
-        suffix = next((s for s, _ in _SUFFIXES if str(target).lower().endswith(s)), "")
-        fd, self.tmp = tempfile.mkstemp(dir=directory, prefix=".posenc-port-", suffix=".tmp" + suffix)
-        os.close(fd)
-
-    def __enter__(self):
-        return self
-
-    def commit(self, path):
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the temporary file only
-        os.replace(self.tmp, path)
-        self.tmp = None
-
-    def __exit__(self, *exc):
-        if self.tmp and os.path.exists(self.tmp):
-            os.remove(self.tmp)
 
 
 def write_checkpoint(path, fmt, entries, metadata=None):

@@ -19,15 +19,19 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
 from posenc_np.testing import compare, tolerance
+
+from ..errors import UsageError
+from .core import rope_sidecar
 from .mapping import Rules, glob_regex
 from .verify import Check
 
-__all__ = ["PRESETS", "get_preset", "keras_bert_embeddings", "bert_embeddings_reference", "LAYER_NORM_EPS"]
+__all__ = ["PRESETS", "PresetOptions", "get_preset", "keras_bert_embeddings", "bert_embeddings_reference",
+           "LAYER_NORM_EPS"]
 
 LAYER_NORM_EPS = 1e-12  # BERT's layer_norm_eps
 
@@ -40,15 +44,47 @@ class Preset:
         self.sidecar, self.extra, self.metadata = sidecar, list(extra), metadata or {}
 
 
-def get_preset(name, reader, args) -> Preset:
+@dataclass(frozen=True)
+class PresetOptions:
+    """What a user may set on a preset; None takes the preset's own value (params.json, the head dim...).
+
+    Attributes:
+        heads, kv_heads: query and key/value heads (meta-llama-to-hf; default params.json's).
+        rope_theta: RoPE base (meta-llama-to-hf; default params.json's `rope_theta`, else 10000).
+        rotary_dim: rotated channels per head (meta-llama-to-hf; default the head dim).
+        rope_scaling: an HF `rope_scaling` dict (meta-llama-to-hf; default llama3's constants when
+            params.json says `use_scaled_rope`).
+        resize_positions: resize BERT's position table to this many rows (the BERT presets only).
+        resize_method: "linear", "nearest" or "cubic" (`resize_table`'s methods).
+    """
+
+    heads: int | None = None
+    kv_heads: int | None = None
+    rope_theta: float | None = None
+    rotary_dim: int | None = None
+    rope_scaling: dict | None = None
+    resize_positions: int | None = None
+    resize_method: str = "linear"
+
+
+#: Presets that honour `PresetOptions.resize_positions`.
+RESIZING_PRESETS = ("hf-bert-to-flax", "hf-bert-to-keras")
+
+
+def get_preset(name, reader, options: PresetOptions | None = None) -> Preset:
+    """The `Preset` `name` builds for the checkpoint `reader` reads."""
     if name not in PRESETS:
         raise UsageError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-    return PRESETS[name](reader, args)
+    options = PresetOptions() if options is None else options
+    if options.resize_positions is not None and name not in RESIZING_PRESETS:
+        raise UsageError(f"--resize-positions belongs to the BERT presets ({', '.join(RESIZING_PRESETS)}); "
+                         f"use --resize GLOB=LEN otherwise")
+    return PRESETS[name](reader, options)
 
 
 # ---------------------------------------------------------------- meta-llama-to-hf
 
-def _meta_params(reader, args):
+def _meta_params(reader, options: PresetOptions):
     path = os.path.join(os.path.dirname(os.path.abspath(reader.path)), "params.json")
     params = {}
     if os.path.exists(path):
@@ -59,9 +95,9 @@ def _meta_params(reader, args):
             raise UsageError(f"cannot read {path!r}: {error}") from None
     dim = params.get("dim")
     layers = params.get("n_layers")
-    heads = args.heads or params.get("n_heads")
-    kv_heads = args.kv_heads or params.get("n_kv_heads") or heads
-    theta = args.rope_theta or params.get("rope_theta") or 10000.0
+    heads = options.heads or params.get("n_heads")
+    kv_heads = options.kv_heads or params.get("n_kv_heads") or heads
+    theta = options.rope_theta or params.get("rope_theta") or 10000.0
     if not heads:
         raise UsageError(f"meta-llama-to-hf needs n_heads: put params.json beside SOURCE ({path!r}) or pass --heads")
     if dim is None:
@@ -72,8 +108,8 @@ def _meta_params(reader, args):
                 norm_eps=params.get("norm_eps", 1e-5), scaled=params.get("use_scaled_rope", False))
 
 
-def meta_llama_to_hf(reader, args):
-    p = _meta_params(reader, args)
+def meta_llama_to_hf(reader, options: PresetOptions):
+    p = _meta_params(reader, options)
     layer = [("attention.wq.weight", "self_attn.q_proj.weight"), ("attention.wk.weight", "self_attn.k_proj.weight"),
              ("attention.wv.weight", "self_attn.v_proj.weight"), ("attention.wo.weight", "self_attn.o_proj.weight"),
              ("feed_forward.w1.weight", "mlp.gate_proj.weight"), ("feed_forward.w3.weight", "mlp.up_proj.weight"),
@@ -85,7 +121,7 @@ def meta_llama_to_hf(reader, args):
     require = [src for src, _ in rename[:3]] + [f"layers.{i}.{src}" for i in range(p["layers"]) for src, _ in layer]
     rules = Rules(rename=rename, rope_q=["layers.*.attention.wq.weight"], rope_k=["layers.*.attention.wk.weight"],
                   heads=p["heads"], kv_heads=p["kv_heads"], rope_from="interleaved", rope_to="half",
-                  rotary_dim=args.rotary_dim, require=require, strict=True,
+                  rotary_dim=options.rotary_dim, require=require, strict=True,
                   drop=[n for n in ("rope.freqs",) if n in reader])
     missing = [n for n in require if n not in reader]
     if missing:
@@ -102,12 +138,12 @@ def meta_llama_to_hf(reader, args):
                 raise UsageError(f"layers.{i}.attention.{name}.weight has shape {shape}; n_heads={p['heads']}, "
                                  f"n_kv_heads={p['kv_heads']}, dim={hidden} imply {(rows, hidden)}")
     scaling = None
-    if args.rope_scaling:
-        scaling = args.rope_scaling
+    if options.rope_scaling:
+        scaling = options.rope_scaling
     elif p["scaled"]:  # Meta's apply_scaling constants (llama-models model.py)
         scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 8192}
-    rotary_dim = args.rotary_dim or head_dim
+    rotary_dim = options.rotary_dim or head_dim
     rope = dict(base=p["theta"], scaling=scaling, rotary_dim=rotary_dim, source="interleaved", target="half")
     hf_config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
                  "intermediate_size": reader.shape("layers.0.feed_forward.w1.weight")[0],
@@ -115,8 +151,8 @@ def meta_llama_to_hf(reader, args):
                  "num_key_value_heads": p["kv_heads"], "head_dim": head_dim, "rms_norm_eps": p["norm_eps"],
                  "vocab_size": reader.shape("tok_embeddings.weight")[0], "rope_theta": p["theta"],
                  "rope_scaling": scaling, "tie_word_embeddings": False}
-    sidecar = {"rope": {"layout": "half", "base": p["theta"], "rotary_dim": rotary_dim, "scaling": scaling,
-                        "num_heads": p["heads"], "num_kv_heads": p["kv_heads"], "source_layout": "interleaved"},
+    sidecar = {**rope_sidecar(layout="half", base=p["theta"], rotary_dim=rotary_dim, scaling=scaling,
+                              num_heads=p["heads"], num_kv_heads=p["kv_heads"], source_layout="interleaved"),
                "hf_config": hf_config}
     return Preset(rules, rope=rope, sidecar=sidecar)
 
@@ -141,7 +177,7 @@ def _bert_modules(reader):
     return [(m, kind) for m, kind in modules if f"{m}.weight" in reader]
 
 
-def _bert_rules(reader, args, target_names):
+def _bert_rules(reader, options: PresetOptions, target_names):
     """Rules of both BERT presets: `target_names(module, kind)` -> {"weight": name, "bias": name}.
 
     Strict: a tensor of any other module (a pre-training head, an unknown layer) is an error rather
@@ -155,21 +191,21 @@ def _bert_rules(reader, args, target_names):
         if kind == "dense":
             transpose.append(f"{module}.weight")
     resize = []
-    if args.resize_positions:
-        resize = [("embeddings.position_embeddings.weight", args.resize_positions, args.resize_method)]
+    if options.resize_positions:
+        resize = [("embeddings.position_embeddings.weight", options.resize_positions, options.resize_method)]
     drop = [n for n in reader.names() if n.endswith("position_ids")]
     return Rules(rename=rename, transpose=transpose, resize=resize, drop=drop, require=list(_BERT_EMB), strict=True)
 
 
-def hf_bert_to_flax(reader, args):
+def hf_bert_to_flax(reader, options: PresetOptions):
     leaf = {"embedding": {"weight": "embedding"}, "norm": {"weight": "scale", "bias": "bias"},
             "dense": {"weight": "kernel", "bias": "bias"}}
-    rules = _bert_rules(reader, args, lambda module, kind: {
+    rules = _bert_rules(reader, options, lambda module, kind: {
         suffix: module.replace(".", "/") + "/" + name for suffix, name in leaf[kind].items()})
     names = dict(word="embeddings/word_embeddings/embedding", position="embeddings/position_embeddings/embedding",
                  token_type="embeddings/token_type_embeddings/embedding", gamma="embeddings/LayerNorm/scale",
                  beta="embeddings/LayerNorm/bias")
-    return Preset(rules, target_format="msgpack", extra=[_embeddings_check("jax", names, args.resize_method)])
+    return Preset(rules, target_format="msgpack", extra=[_embeddings_check("jax", names, options.resize_method)])
 
 
 def _keras_layer_paths(reader):
@@ -189,16 +225,16 @@ def _keras_layer_paths(reader):
     return paths
 
 
-def hf_bert_to_keras(reader, args):
+def hf_bert_to_keras(reader, options: PresetOptions):
     paths = _keras_layer_paths(reader)
-    rules = _bert_rules(reader, args, lambda module, kind: {
+    rules = _bert_rules(reader, options, lambda module, kind: {
         "weight": f"{paths[module][0]}/vars/0", "bias": f"{paths[module][0]}/vars/1"})
     attrs = {f"{group}/vars": {"name": layer_name} for group, layer_name in paths.values()}
     attrs["vars"] = {"name": "functional"}
     names = dict(word="layers/embedding/vars/0", position="layers/learned_encoding/vars/0",
                  token_type="layers/embedding_1/vars/0", gamma="layers/layer_normalization/vars/0",
                  beta="layers/layer_normalization/vars/1")
-    return Preset(rules, target_format="keras-h5", extra=[_embeddings_check("tf", names, args.resize_method)],
+    return Preset(rules, target_format="keras-h5", extra=[_embeddings_check("tf", names, options.resize_method)],
                   metadata={"h5_attrs": attrs})
 
 
@@ -305,7 +341,7 @@ def _embeddings_check(framework, target_names, resize_method):
 _T5X_ATTN = (("query", "q"), ("key", "k"), ("value", "v"), ("out", "o"))
 
 
-def t5x_to_hf_t5(reader, args):
+def t5x_to_hf_t5(reader, options: PresetOptions):
     names = reader.names()
     prefix = "target/" if any(n.startswith("target/") for n in names) else ""
     rename, transpose = [(f"{prefix}token_embedder/embedding", "shared.weight")], []

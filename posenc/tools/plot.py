@@ -1,7 +1,7 @@
 """`posenc plot`: figures of the encodings, computed by the spec (posenc_np) or a backend (`--backend`).
 
-Every figure function takes the parsed CLI arguments and returns a matplotlib Figure (Agg canvas);
-the CLI checks the output path first and saves atomically. Arrays come from
+Every figure function takes keyword options and returns a matplotlib Figure (Agg canvas);
+the command (`plot_command.py`) checks the output path first and saves atomically. Arrays come from
 `posenc.adapters.adapter(backend).call(name, args, kwargs)`, so `--backend torch` plots what
 posenc_torch computes, float32 included.
 """
@@ -13,14 +13,20 @@ import zlib
 
 import numpy as np
 
-from ..errors import UsageError
 from posenc_np.conventions import conventions
-from ._output import new_figure, suptitle
 
-__all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves"]
+from ..errors import UsageError
+from ..io import parse_choices
+from .experiment import TRAINED
+from .figures import new_figure, suptitle
+
+__all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves", "attention_weights",
+           "load_table", "figure_table", "figure_rope_decay", "figure_bias", "figure_attention_maps", "figure_diff",
+           "figure_experiment"]
 
 TABLE_ENCODINGS = {"sinusoidal": "sinusoidal", "rope": "apply_rope", "learned": "learned"}
-ATTENTION_ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+#: the encodings `posenc experiment` trains a model with, "none" included
+ATTENTION_ENCODINGS = TRAINED
 
 
 def _call(backend: str, fn: str, *args, **kwargs):
@@ -60,7 +66,9 @@ def _positive(name, value):
     return value
 
 
-def _load_table(path: str, ndim: int = 2) -> np.ndarray:
+def load_table(path: str, ndim: int = 2) -> np.ndarray:
+    """A table saved with `np.save` (e.g. by `posenc experiment --save-weights`), as float64; UsageError
+    when it cannot be read or has the wrong number of dimensions."""
     try:
         table = np.load(path)
     except (OSError, ValueError) as error:
@@ -122,12 +130,12 @@ def _heatmap(figure, ax, data, *, title, xlabel, ylabel, cmap="RdBu_r", symmetri
     return image
 
 
-def figure_table(args):
-    name = args.convention or args.encoding
-    table = _load_table(args.table) if args.table else None
-    dim = table.shape[1] if table is not None else _positive("dim", args.dim)
-    title, panels, pos = encoding_tables(name, args.positions, dim, backend=args.backend, base=args.base,
-                                         table=table, seed=args.seed)
+def figure_table(*, encoding="sinusoidal", positions=128, dim=64, backend="numpy", base=None, table=None, seed=0):
+    """Heatmap(s) of an encoding's table: `encoding` a family or a convention, `table` a learned table
+    (array `[positions, dim]`; then `dim` is its width)."""
+    dim = table.shape[1] if table is not None else _positive("dim", dim)
+    title, panels, pos = encoding_tables(encoding, positions, dim, backend=backend, base=base, table=table,
+                                         seed=seed)
     figure = new_figure(max(7.0, 5.5 * len(panels)), 4.8)
     extent = (-0.5, dim - 0.5, pos[-1] + 0.5, pos[0] - 0.5)
     for i, (panel, data) in enumerate(panels.items()):
@@ -137,7 +145,8 @@ def figure_table(args):
     return figure
 
 
-def _scaling(texts):
+def parse_scaling(texts):
+    """`--scaling` JSON texts -> HF rope_scaling dicts; UsageError naming a text that is not a JSON object."""
     out = []
     for text in texts:
         try:
@@ -167,10 +176,11 @@ def rope_decay_curves(dim, max_distance, *, base=10000.0, scaling=None, backend=
     return distances, upper, rotated @ rotated[0]
 
 
-def figure_rope_decay(args):
-    dim, distance = _positive("dim", args.dim), _positive("max-distance", args.max_distance)
-    curves = [(scaling, rope_decay_curves(dim, distance, base=args.base, scaling=scaling, backend=args.backend))
-              for scaling in [None] + _scaling(args.scaling)]
+def figure_rope_decay(*, dim=128, max_distance=512, base=10000.0, scalings=(), backend="numpy"):
+    """RoPE's decay curves without scaling and with each HF rope_scaling dict of `scalings`."""
+    dim, distance = _positive("dim", dim), _positive("max-distance", max_distance)
+    curves = [(scaling, rope_decay_curves(dim, distance, base=base, scaling=scaling, backend=backend))
+              for scaling in [None, *scalings]]
     figure = new_figure(11, 4.2)
     bound, logit = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
     for scaling, (d, upper, logits) in curves:
@@ -185,29 +195,29 @@ def figure_rope_decay(args):
         ax.set_xlabel("relative distance m")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    suptitle(figure, f"RoPE long-range decay: head dim {dim}, base {args.base:g} [{args.backend}]")
+    suptitle(figure, f"RoPE long-range decay: head dim {dim}, base {base:g} [{backend}]")
     return figure
 
 
-def figure_bias(args):
-    family, conv, params, _ = _resolve(args.encoding, {"alibi": "alibi_bias", "t5": "t5_bias"}, "--encoding")
-    heads, length = _positive("heads", args.heads), _positive("length", args.length)
+def figure_bias(*, encoding="alibi", heads=8, length=64, table=None, seed=0, backend="numpy"):
+    """ALiBi or T5 bias per head; `table` a T5 table `[num_buckets, heads]` (default random N(0, 1))."""
+    family, conv, params, _ = _resolve(encoding, {"alibi": "alibi_bias", "t5": "t5_bias"}, "--encoding")
+    heads, length = _positive("heads", heads), _positive("length", length)
     pos = np.arange(length, dtype=np.int64)
     if family == "alibi":
         params.setdefault("form", "causal")
-        bias = _call(args.backend, "alibi_bias", heads, pos, pos, **params)
+        bias = _call(backend, "alibi_bias", heads, pos, pos, **params)
         detail = f"form={params['form']!r}"
         bias = np.where(pos[:, None] >= pos[None, :], bias, np.nan)  # causal: the future is masked anyway
     else:
         params.setdefault("bidirectional", False)
-        if args.table:
-            table = _load_table(args.table)
+        if table is not None:
             heads = table.shape[1]
             detail = "given table"
         else:
-            table = np.random.default_rng(args.seed).normal(size=(params.get("num_buckets", 32), heads))
-            detail = f"random N(0, 1) table, seed {args.seed}"
-        bias = _call(args.backend, "t5_bias", table, pos, pos, **params)
+            table = np.random.default_rng(seed).normal(size=(params.get("num_buckets", 32), heads))
+            detail = f"random N(0, 1) table, seed {seed}"
+        bias = _call(backend, "t5_bias", table, pos, pos, **params)
         detail += ", " + ", ".join(f"{k}={v}" for k, v in params.items())
         if not params["bidirectional"]:
             bias = np.where(pos[:, None] >= pos[None, :], bias, np.nan)
@@ -223,7 +233,7 @@ def figure_bias(args):
     lines.legend(fontsize="x-small", ncol=2)
     _heatmap(figure, figure.add_subplot(1, 2, 2), bias[0], title="head 0: bias[query, key] (future masked)",
              xlabel="key position", ylabel="query position", cmap="viridis", symmetric=False, label="bias")
-    suptitle(figure, f"{conv or family} attention bias, {heads} heads ({detail}) [{args.backend}]")
+    suptitle(figure, f"{conv or family} attention bias, {heads} heads ({detail}) [{backend}]")
     return figure
 
 
@@ -270,21 +280,18 @@ def attention_weights(encoding, words, dim, *, backend="numpy", table=None, scal
     return weights, note
 
 
-def figure_attention_maps(args):
-    encodings = [e.strip() for e in args.encodings.split(",") if e.strip()]
-    unknown = [e for e in encodings if e not in ATTENTION_ENCODINGS]
-    if unknown or not encodings:
-        raise UsageError(f"unknown --encodings {', '.join(map(repr, unknown))}; choose from "
-                         f"{', '.join(ATTENTION_ENCODINGS)}")
-    words = args.sentence.split()
+def figure_attention_maps(*, sentence, encodings=("sinusoidal", "learned", "rope"), dim=64, table=None,
+                          embedding_scale=0.5, shared_scale=1.0, causal=False, seed=0, backend="numpy"):
+    """Attention maps of one sentence, one panel per encoding of `encodings` (names of ATTENTION_ENCODINGS)."""
+    encodings = parse_choices(encodings, ATTENTION_ENCODINGS, "--encodings")
+    words = sentence.split()
     if len(words) < 2:
-        raise UsageError(f"--sentence {args.sentence!r} needs at least two words")
-    table = _load_table(args.table) if args.table else None
-    dim = table.shape[1] if table is not None else _positive("dim", args.dim)
+        raise UsageError(f"--sentence {sentence!r} needs at least two words")
+    dim = table.shape[1] if table is not None else _positive("dim", dim)
     if dim % 2:
         raise UsageError(f"--dim={dim} must be even")
-    maps = [attention_weights(encoding, words, dim, backend=args.backend, table=table, scale=args.embedding_scale,
-                              shared=args.shared_scale, causal=args.causal, seed=args.seed) for encoding in encodings]
+    maps = [attention_weights(encoding, words, dim, backend=backend, table=table, scale=embedding_scale,
+                              shared=shared_scale, causal=causal, seed=seed) for encoding in encodings]
     figure = new_figure(4.6 * len(encodings) + 0.8, 4.8)
     axes = [figure.add_subplot(1, len(encodings), i + 1) for i in range(len(encodings))]
     vmax = max(float(weights.max()) for weights, _ in maps)
@@ -298,17 +305,18 @@ def figure_attention_maps(args):
         ax.set_xlabel("key")
     axes[0].set_ylabel("query")
     figure.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
-    suptitle(figure, f"Attention of one sentence: q = k = v = word vector (std {args.embedding_scale:g}) + shared "
-                     f"vector (std {args.shared_scale:g}) + encoding, dim {dim}, no projections [{args.backend}]")
+    suptitle(figure, f"Attention of one sentence: q = k = v = word vector (std {embedding_scale:g}) + shared "
+                     f"vector (std {shared_scale:g}) + encoding, dim {dim}, no projections [{backend}]")
     return figure
 
 
-def figure_diff(args):
-    backend_b = args.backend_b or args.backend
-    title_a, a, _ = encoding_tables(args.a, args.positions, _positive("dim", args.dim), backend=args.backend)
-    title_b, b, _ = encoding_tables(args.b, args.positions, args.dim, backend=backend_b)
+def figure_diff(a_name, b_name, *, positions=128, dim=64, backend="numpy", backend_b=None):
+    """Two conventions' tables and their difference; B computed with `backend_b` (default `backend`)."""
+    backend_b = backend_b or backend
+    title_a, a, _ = encoding_tables(a_name, positions, _positive("dim", dim), backend=backend)
+    title_b, b, _ = encoding_tables(b_name, positions, dim, backend=backend_b)
     if list(a) != list(b):
-        raise UsageError(f"{args.a!r} and {args.b!r} are different encodings ({', '.join(a)} vs {', '.join(b)})")
+        raise UsageError(f"{a_name!r} and {b_name!r} are different encodings ({', '.join(a)} vs {', '.join(b)})")
     figure = new_figure(16, 4.2 * len(a))
     for row, key in enumerate(a):
         diff = a[key] - b[key]
@@ -317,21 +325,22 @@ def figure_diff(args):
             ax = figure.add_subplot(len(a), 3, 3 * row + col + 1)
             _heatmap(figure, ax, data, title=f"{key} {title}" if len(a) > 1 else title, xlabel="channel",
                      ylabel="position index", label="difference" if col == 2 else "value", fontsize="small")
-    suptitle(figure, f"{args.a} vs {args.b}: {args.positions} positions x {args.dim} channels")
+    suptitle(figure, f"{a_name} vs {b_name}: {positions} positions x {dim} channels")
     return figure
 
 
-def figure_experiment(args):
+def figure_experiment(report_path):
+    """Perplexity against evaluation length from a saved `posenc experiment --json` report."""
     from .experiment import plot_perplexity
 
     try:
-        with open(args.report) as f:
+        with open(report_path) as f:
             report = json.load(f)
         figure = plot_perplexity(report, new_figure(7, 4.5))
     except OSError as error:
-        raise UsageError(f"cannot read report {args.report!r}: {error.strerror}") from error
+        raise UsageError(f"cannot read report {report_path!r}: {error.strerror}") from error
     except (ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{args.report!r} is not a `posenc experiment --json` report ({error!r})") from error
+        raise UsageError(f"{report_path!r} is not a `posenc experiment --json` report ({error!r})") from error
     return figure
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
 
@@ -49,8 +47,7 @@ def test_experiment_report_plot(tmp_path):
     (tmp_path / "r.json").write_text(__import__("json").dumps(report))
     out = tmp_path / "ppl.png"
     assert main(["plot", "experiment", str(tmp_path / "r.json"), "--out", str(out)]) == 0
-    args = types.SimpleNamespace(report=str(tmp_path / "r.json"))
-    lines = plot.figure_experiment(args).axes[0].get_lines()
+    lines = plot.figure_experiment(str(tmp_path / "r.json")).axes[0].get_lines()
     np.testing.assert_array_equal(lines[0].get_ydata(), [5.0, 6.5])
     assert [line.get_label() for line in lines[:2]] == ["rope", "alibi"]
 
@@ -120,9 +117,7 @@ def test_trained_table_is_used(tmp_path, capsys):
     table = np.random.default_rng(1).normal(size=(30, 12))
     path = tmp_path / "t.npy"
     np.save(path, table)
-    args = types.SimpleNamespace(convention=None, encoding="learned", table=str(path), dim=64, positions=30,
-                                 backend="numpy", base=None, seed=0)
-    figure = plot.figure_table(args)
+    figure = plot.figure_table(encoding="learned", table=plot.load_table(str(path)), dim=64, positions=30)
     image = figure.axes[0].images[0].get_array()
     np.testing.assert_array_equal(np.asarray(image), table)
 

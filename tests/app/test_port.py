@@ -65,7 +65,7 @@ def meta_dir(tmp_path):
 
 
 def leftovers(directory):
-    return [n for n in os.listdir(directory) if n.startswith(".posenc-port-")]
+    return [n for n in os.listdir(directory) if n.startswith(".posenc-")]
 
 
 def test_meta_llama_to_hf_one_command(meta_dir, capsys):
@@ -402,7 +402,7 @@ def _failure_cases(tmp_path, meta):
                                         "lacks required"),
         "resize without bert": (["port", src, tmp_path / "o.npz", "--resize-positions", "9"], "BERT presets"),
         "report directory missing": (["port", src, tmp_path / "o.npz", "--json", tmp_path / "no" / "r.json"],
-                                     "its directory does not exist"),
+                                     "does not exist"),
         "target is a directory": (["port", src, tmp_path], "is a directory"),
         "bad rope scaling": (["port", src, tmp_path / "o.npz", "--preset", "meta-llama-to-hf", "--rope-scaling",
                               '{"rope_type": "warp", "factor": 2}'], "RoPE settings"),

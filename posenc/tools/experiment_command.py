@@ -1,16 +1,18 @@
-"""`posenc plot ...` and `posenc experiment`: subcommands added to the `posenc` CLI (posenc_np/cli.py)."""
+"""`posenc experiment`: the command line translated into an experiment `Config`, then `run_experiment`."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
 import time
 
 from ..errors import UsageError
-from ._output import FIGURE_FORMATS, check_output, new_figure, require_matplotlib, save_figure, write_text
+from ..io import check_output, parse_choices, write_atomic
+from .figures import FIGURE_FORMATS, new_figure, require_matplotlib, save_figure
 
-__all__ = ["add_subcommands", "cmd_experiment"]
+__all__ = ["add_parser", "cmd_experiment"]
 
 
 def _ints(text: str, name: str) -> tuple:
@@ -21,16 +23,6 @@ def _ints(text: str, name: str) -> tuple:
     if not values or min(values) < 1:
         raise UsageError(f"{name}={text!r} must list positive integers")
     return values
-
-
-def _names(values, allowed, name):
-    chosen = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    unknown = [v for v in chosen if v not in allowed]
-    if unknown:
-        raise UsageError(f"unknown {name} {', '.join(map(repr, unknown))}; choose from {', '.join(allowed)}")
-    if not chosen:
-        raise UsageError(f"{name} is empty")
-    return list(dict.fromkeys(chosen))
 
 
 def default_threads() -> int:
@@ -57,7 +49,7 @@ def cmd_experiment(args) -> int:
     from . import experiment as ex
     from .corpus import load_corpus
 
-    encodings = _names(args.encodings or [",".join(ex.VARIANTS)], ex.VARIANTS, "--encodings")
+    encodings = parse_choices(args.encodings, ex.VARIANTS, "--encodings", default=list(ex.VARIANTS))
     for path in (args.json, args.markdown):
         if path:
             check_output(path, what="report")
@@ -95,11 +87,11 @@ def cmd_experiment(args) -> int:
     print(ex.terminal_table(report))
     print(f"({report['seconds']:.0f} s in all)")
     if args.json:
-        write_text(args.json, ex.json_text(report, argv))
+        write_atomic(args.json, ex.json_text(report, argv), what="report")
     if args.markdown:
-        write_text(args.markdown, f"Made by `{command}` ({report['seconds']:.0f} s, {report['threads']} "
+        write_atomic(args.markdown, f"Made by `{command}` ({report['seconds']:.0f} s, {report['threads']} "
                                   f"thread(s), torch {report['torch']}, {report['device']}).\n\n"
-                                  + ex.markdown_table(report))
+                                    + ex.markdown_table(report), what="report")
     if args.plot:
         save_figure(ex.plot_perplexity(report, new_figure(7, 4.5)), args.plot)
     losses_ok = all(r["loss_last"] < r["loss_first"] for r in report["rows"])
@@ -108,90 +100,14 @@ def cmd_experiment(args) -> int:
     return 0
 
 
-def _plot(args) -> int:
-    from . import plot
-
-    check_output(args.out, formats=FIGURE_FORMATS, what="figure")
-    require_matplotlib()
-    figure = plot.FIGURES[args.kind](args)
-    save_figure(figure, args.out, dpi=args.dpi)
-    print(f"wrote {args.out}")
-    return 0
-
-
-def _add_plot(sub) -> None:
-    from .plot import ATTENTION_ENCODINGS
-
-    plot = sub.add_parser("plot", help="figures of the encodings (PNG, SVG or PDF by the suffix of --out)")
-    kinds = plot.add_subparsers(dest="kind", required=True)
-
-    def kind(name, help_):
-        p = kinds.add_parser(name, help=help_, description=help_)
-        p.add_argument("--out", default=f"posenc-{name}.png", help=f"output file (default posenc-{name}.png)")
-        p.add_argument("--backend", default="numpy", choices=("numpy", "torch", "tf", "jax"),
-                       help="compute with the spec (numpy, default) or a backend")
-        p.add_argument("--dpi", type=int, default=150)
-        p.set_defaults(func=_plot)
-        return p
-
-    p = kind("table", "an encoding's table as a heatmap (position x channel)")
-    p.add_argument("--encoding", default="sinusoidal", help="sinusoidal, rope or learned, or a convention name "
-                   "(vaswani, tensor2tensor, fairseq, bert, roberta, meta-llama, hf-llama, gptj, gpt-neox)")
-    p.add_argument("--convention", help="a convention name (overrides --encoding)")
-    p.add_argument("--positions", type=int, default=128)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--base", type=float, help="frequency base (default: the convention's)")
-    p.add_argument("--table", help="a learned table [positions, dim] as .npy (default: random N(0, 0.02) init)")
-    p.add_argument("--seed", type=int, default=0)
-
-    p = kind("rope-decay", "RoPE's long-range decay: RoFormer's relative upper bound and q.k of constant vectors")
-    p.add_argument("--dim", type=int, default=128, help="head dim (default 128, as in RoFormer's figure)")
-    p.add_argument("--max-distance", type=int, default=512)
-    p.add_argument("--base", type=float, default=10000.0)
-    p.add_argument("--scaling", action="append", default=[],
-                   help='an HF rope_scaling dict as JSON, e.g. \'{"rope_type": "linear", "factor": 4}\'; repeatable')
-
-    p = kind("bias", "ALiBi or T5 attention bias per head")
-    p.add_argument("--encoding", default="alibi", help="alibi or t5, or a convention (press-alibi, bloom-alibi, "
-                                                        "t5, t5-decoder)")
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--length", type=int, default=64, help="query/key positions 0..length-1")
-    p.add_argument("--table", help="T5 table [num_buckets, heads] as .npy (default: random N(0, 1), seeded)")
-    p.add_argument("--seed", type=int, default=0)
-
-    p = kind("attention-maps", "attention maps of one sentence under several encodings, side by side")
-    p.add_argument("--sentence", default="To be , or not to be , that is the question : whether 'tis nobler "
-                                         "in the mind to suffer")
-    p.add_argument("--encodings", default="sinusoidal,learned,rope",
-                   help=f"comma-separated, from {', '.join(ATTENTION_ENCODINGS)}")
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--table", help="a (trained) learned table [positions, dim] as .npy, e.g. from "
-                                   "`posenc experiment --save-weights DIR`; default: random N(0, 0.02) init")
-    p.add_argument("--embedding-scale", type=float, default=0.5, help="std of the random word vectors")
-    p.add_argument("--shared-scale", type=float, default=1.0,
-                   help="std of the vector added to every word (their common direction)")
-    p.add_argument("--causal", action="store_true", help="mask future tokens")
-    p.add_argument("--seed", type=int, default=0)
-
-    p = kind("diff", "two conventions' tables and their difference (e.g. vaswani vs tensor2tensor)")
-    p.add_argument("a", help="convention (or encoding) A")
-    p.add_argument("b", help="convention (or encoding) B")
-    p.add_argument("--backend-b", choices=("numpy", "torch", "tf", "jax"),
-                   help="compute B with another backend (default: --backend), e.g. to see float32 error")
-    p.add_argument("--positions", type=int, default=128)
-    p.add_argument("--dim", type=int, default=64)
-
-    p = kind("experiment", "perplexity against evaluation length from a saved `posenc experiment --json` report")
-    p.add_argument("report", help="the JSON report")
-
-
-def _add_experiment(sub) -> None:
+def add_parser(sub) -> None:
+    """Add `experiment` to the `posenc` command line."""
+    from . import experiment
     from .experiment import DEFAULT, QUICK, VARIANTS
 
     p = sub.add_parser("experiment", help="train a small causal LM per encoding on Shakespeare (or --corpus), "
                                           "report perplexity at 1x-8x the training length, speed, memory",
-                       description=__import__("posenc.tools.experiment", fromlist=["x"]).__doc__,
-                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+                       description=experiment.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help=f"a smoke test (<60 s): {QUICK}")
     p.add_argument("--encodings", action="append", help=f"comma-separated, from {', '.join(VARIANTS)} (default all)")
     p.add_argument("--corpus", help="a .txt file or a directory of .txt files (default: the `shakespeare` "
@@ -213,9 +129,3 @@ def _add_experiment(sub) -> None:
                                                          "(for `posenc plot ... --table`)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_experiment)
-
-
-def add_subcommands(sub) -> None:
-    """Add `plot` and `experiment` to the `posenc` CLI's subparsers."""
-    _add_plot(sub)
-    _add_experiment(sub)
