@@ -1,14 +1,26 @@
-"""JAX helpers shared by the posenc_jax modules."""
+"""JAX helpers shared by the posenc_jax modules.
+
+The same names, with the same roles, exist in `posenc_torch._common` and `posenc_tf._common`:
+`resolve_dtype`, `as_tensor`, `is_tracing`, `spec_value`, `spec_constant`, `position_pair`.
+
+Cache policy (the same in every backend): what the spec computes from parameters alone is cached
+as NumPy/Python values (`spec_value`), which no trace can touch. A framework array made from it is
+cached only when it is concrete: under `jax.jit` (or any transformation) `jnp.asarray` gives a
+tracer, which `spec_constant` returns for this trace and never stores. A stored tracer would
+outlive its trace and raise `UnexpectedTracerError` at the next retrace (a new length, dtype or
+sharding).
+"""
 
 from __future__ import annotations
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 from posenc_np._dtypes import dtype_name
+from posenc_np._validate import check_integer_positions, check_position_pair
 
-__all__ = ["resolve_dtype", "is_traced", "spec_constant"]
+__all__ = ["resolve_dtype", "as_tensor", "is_tracing", "spec_value", "spec_constant", "position_pair"]
 
 
 def resolve_dtype(dtype):
@@ -20,21 +32,68 @@ def resolve_dtype(dtype):
     return jnp.dtype(dtype)
 
 
-def is_traced(x) -> bool:
-    """True under jax.jit, where values cannot be read and errors cannot be raised."""
-    return isinstance(x, jax.core.Tracer)
+def as_tensor(x):
+    """A JAX array (tracers pass through unchanged)."""
+    return x if isinstance(x, jax.Array) else jnp.asarray(x)
+
+
+def is_tracing(x=None) -> bool:
+    """True under jax.jit (or when `x` is a tracer), where values cannot be read and errors cannot be
+    raised on data."""
+    if x is not None:
+        return isinstance(x, jax.core.Tracer)
+    return isinstance(jnp.zeros(()), jax.core.Tracer)
+
+
+is_traced = is_tracing  # the former name; new code uses is_tracing (same name in every backend)
+
+
+_VALUES: dict = {}
+
+
+def spec_value(key, make):
+    """`make()` (NumPy arrays or Python values computed by the spec from parameters), once per `key`.
+
+    `make` must close over Python values only (no arrays of a trace); `key` must name every
+    parameter it reads.
+    """
+    if key not in _VALUES:
+        _VALUES[key] = make()
+    return _VALUES[key]
+
 
 _CONSTANTS: dict = {}
 
 
 def spec_constant(key, make, *, dtype=jnp.float32):
-    """A parameter-only array computed once by the spec (`make()` returns NumPy), cached per dtype.
-
-    Kept as NumPy so it enters each trace as a constant, never as a leaked tracer.
-    """
+    """A parameter-only array computed once by the spec (`make()` returns NumPy) as a `dtype` array;
+    see the cache policy above."""
     full_key = (key, jnp.dtype(dtype).name)
     value = _CONSTANTS.get(full_key)
     if value is None:
-        value = np.asarray(make()).astype(jnp.dtype(dtype))
-        _CONSTANTS[full_key] = value
+        value = jnp.asarray(np.asarray(spec_value(key, make)).astype(jnp.dtype(dtype)))
+        if not isinstance(value, jax.core.Tracer):
+            _CONSTANTS[full_key] = value
     return value
+
+
+def position_pair(q_positions, k_positions, *, integer: bool):
+    """Arrays for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
+
+    Concrete `integer=True` positions must hold integers (ValueError naming the argument); under
+    jax.jit values cannot be read, so a floating dtype is a TypeError instead.
+    """
+    pair = []
+    for name, x in (("q_positions", q_positions), ("k_positions", k_positions)):
+        x = as_tensor(x)
+        if x.ndim < 1:
+            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
+        if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.complexfloating):
+            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+        if integer and jnp.issubdtype(x.dtype, jnp.floating):
+            if is_tracing(x):
+                raise TypeError(f"{name} must be an integer array under jit, got {x.dtype}")
+            x = jnp.asarray(check_integer_positions(name, np.asarray(x, dtype=np.float64)).astype(np.int32))
+        pair.append(x)
+    check_position_pair(pair[0].shape, pair[1].shape)
+    return tuple(pair)

@@ -3,38 +3,14 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from posenc_np._validate import check_integer_positions
 from posenc_np.alibi import alibi_slopes as _spec_slopes
-from posenc_np.alibi import check_alibi_args, check_position_pair
+from posenc_np.alibi import check_alibi_args
 
-from ._common import is_traced, resolve_dtype, spec_constant
+from ._common import position_pair, resolve_dtype, spec_constant
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
-
-
-def position_pair(q_positions, k_positions, *, integer: bool):
-    """Arrays for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
-
-    Concrete `integer=True` positions must hold integers (ValueError naming the argument); under
-    jax.jit values cannot be read, so a floating dtype is a TypeError instead.
-    """
-    pair = []
-    for name, x in (("q_positions", q_positions), ("k_positions", k_positions)):
-        x = x if is_traced(x) else jnp.asarray(x)
-        if x.ndim < 1:
-            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
-        if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.complexfloating):
-            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
-        if integer and jnp.issubdtype(x.dtype, jnp.floating):
-            if is_traced(x):
-                raise TypeError(f"{name} must be an integer array under jit, got {x.dtype}")
-            x = jnp.asarray(check_integer_positions(name, np.asarray(x, dtype=np.float64)).astype(np.int32))
-        pair.append(x)
-    check_position_pair(pair[0].shape, pair[1].shape)
-    return tuple(pair)
 
 
 def alibi_slopes(num_heads, *, dtype=None):

@@ -9,7 +9,7 @@ from flax import nnx
 from posenc_np._validate import check_positive_int
 from posenc_np.relative import check_relative_args
 
-from .alibi import position_pair
+from ._common import position_pair
 
 __all__ = ["relative_embeddings", "RelativePositionEmbedding"]
 

@@ -31,8 +31,8 @@ from flax import nnx
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config, split_float32
 
-from ._common import resolve_dtype
-from posenc_np._freeze import freeze as _freeze
+from ._common import resolve_dtype, spec_constant
+from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
@@ -189,17 +189,18 @@ def _rotate(x, cos, sin, rotary_dim, layout):
 
 
 _TABLE_ROWS = 4096
-_COS_SIN: dict = {}
 
 
 def _table(rotary_dim, base, scaling):
-    """`[2, 4096, r/2]` float32 cos/sin of positions 0..4095 from the float64 spec, built once per parameters."""
-    key = (rotary_dim, float(base), _freeze(scaling))
-    if key not in _COS_SIN:
-        cos, sin = spec_rope_cos_sin(np.arange(_TABLE_ROWS), rotary_dim, base=base, scaling=scaling)
-        half = rotary_dim // 2
-        _COS_SIN[key] = jnp.asarray(np.stack([cos[:, :half], sin[:, :half]]), jnp.float32)
-    return _COS_SIN[key]
+    """`[2, 4096, r/2]` float32 cos/sin of positions 0..4095 from the float64 spec, built once per parameters
+    (a NumPy value; `spec_constant` never stores an array made under a trace)."""
+    frozen = _freeze(scaling)
+
+    def make():
+        cos, sin = spec_rope_cos_sin(np.arange(_TABLE_ROWS), rotary_dim, base=base, scaling=_thaw(frozen))
+        return np.stack([cos[:, : rotary_dim // 2], sin[:, : rotary_dim // 2]])
+
+    return spec_constant(("rope_table", rotary_dim, float(base), frozen), make)
 
 
 def _fast_cos_sin(positions, kind, t, table):

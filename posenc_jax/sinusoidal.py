@@ -9,7 +9,7 @@ from flax import nnx
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
 from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
 
-from ._common import is_traced, resolve_dtype, spec_constant
+from ._common import is_tracing, resolve_dtype, spec_constant
 
 __all__ = ["sinusoidal", "SinusoidalEncoding"]
 
@@ -57,7 +57,7 @@ class SinusoidalEncoding(nnx.Module):
         rows = cache.shape[0]
         if rows == 0:
             return computed
-        if not is_traced(positions) and positions.size and int(positions.max()) >= rows:
+        if not is_tracing(positions) and positions.size and int(positions.max()) >= rows:
             return computed
         inside = (positions >= 0) & (positions < rows)
         gathered = cache[jnp.clip(positions, 0, rows - 1)].astype(computed.dtype)

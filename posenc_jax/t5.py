@@ -12,8 +12,7 @@ from flax import nnx
 from posenc_np._validate import check_integer_positions, check_positive_int, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import is_traced, spec_constant
-from .alibi import position_pair
+from ._common import is_tracing, position_pair, spec_constant
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
@@ -40,9 +39,9 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     why thresholds are counted instead of taking a float32 log). Concrete non-integer values raise
     ValueError; under jax.jit a floating array is a TypeError."""
     check_t5_args(bidirectional, num_buckets, max_distance)
-    relative = relative_position if is_traced(relative_position) else jnp.asarray(relative_position)
+    relative = relative_position if is_tracing(relative_position) else jnp.asarray(relative_position)
     if jnp.issubdtype(relative.dtype, jnp.floating):
-        if is_traced(relative):
+        if is_tracing(relative):
             raise TypeError(f"relative_position must be an integer array under jit, got {relative.dtype}")
         relative = jnp.asarray(check_integer_positions("relative_position", np.asarray(relative, np.float64)),
                                dtype=jnp.int32)

@@ -21,6 +21,8 @@ __all__ = [
     "check_integer_positions",
     "check_positions_in_table",
     "check_table",
+    "check_real_positions",
+    "check_position_pair",
 ]
 
 
@@ -85,3 +87,22 @@ def check_table(name: str, shape, *, rows: int | None = None, cols: int | None =
         raise ValueError(f"{name} must have {rows} rows, got shape {shape}")
     if cols is not None and shape[1] != cols:
         raise ValueError(f"{name} must have {cols} columns, got shape {shape}")
+
+
+def check_real_positions(name: str, positions) -> np.ndarray:
+    """ALiBi positions may be integers or floats (interpolated positions), never bool or complex."""
+    positions = np.asarray(positions)
+    if positions.dtype.kind not in "iuf" and positions.dtype.name != "bfloat16":
+        raise TypeError(f"{name} must be a real (integer or float) array, got dtype {positions.dtype}")
+    if positions.ndim < 1:
+        raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
+    return positions
+
+
+def check_position_pair(q_shape, k_shape) -> tuple:
+    """The leading (batch) axes of `[..., q]` and `[..., k]` positions must broadcast; returns them."""
+    try:
+        return np.broadcast_shapes(tuple(q_shape)[:-1], tuple(k_shape)[:-1])
+    except ValueError:
+        raise ValueError(f"q_positions {tuple(q_shape)} and k_positions {tuple(k_shape)}: leading axes "
+                         f"{tuple(q_shape)[:-1]} and {tuple(k_shape)[:-1]} do not broadcast") from None

@@ -7,10 +7,10 @@ import math
 import numpy as np
 
 from ._dtypes import spec_output_dtype
-from ._validate import check_choice, check_positive_int
+from ._validate import check_choice, check_position_pair, check_positive_int, check_real_positions
 
-__all__ = ["alibi_slopes", "alibi_bias", "ALIBI_FORMS", "check_alibi_args", "check_real_positions",
-           "check_position_pair"]
+# check_real_positions and check_position_pair live in _validate; imported here for older callers.
+__all__ = ["alibi_slopes", "alibi_bias", "ALIBI_FORMS", "check_alibi_args"]
 
 ALIBI_FORMS = ("symmetric", "causal", "bloom")
 
@@ -20,25 +20,6 @@ def check_alibi_args(num_heads, form) -> int:
     num_heads = check_positive_int("num_heads", num_heads)
     check_choice("form", form, ALIBI_FORMS)
     return num_heads
-
-
-def check_real_positions(name: str, positions) -> np.ndarray:
-    """ALiBi positions may be integers or floats (interpolated positions), never bool or complex."""
-    positions = np.asarray(positions)
-    if positions.dtype.kind not in "iuf" and positions.dtype.name != "bfloat16":
-        raise TypeError(f"{name} must be a real (integer or float) array, got dtype {positions.dtype}")
-    if positions.ndim < 1:
-        raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
-    return positions
-
-
-def check_position_pair(q_shape, k_shape) -> tuple:
-    """The leading (batch) axes of `[..., q]` and `[..., k]` positions must broadcast; returns them."""
-    try:
-        return np.broadcast_shapes(tuple(q_shape)[:-1], tuple(k_shape)[:-1])
-    except ValueError:
-        raise ValueError(f"q_positions {tuple(q_shape)} and k_positions {tuple(k_shape)}: leading axes "
-                         f"{tuple(q_shape)[:-1]} and {tuple(k_shape)[:-1]} do not broadcast") from None
 
 
 def alibi_slopes(num_heads) -> np.ndarray:

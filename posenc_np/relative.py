@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_choice, check_integer_positions, check_positive_int, check_table
-from .alibi import check_position_pair
+from ._validate import check_choice, check_integer_positions, check_position_pair, check_positive_int, check_table
 
 __all__ = ["relative_embeddings", "relative_index", "RELATIVE_SIGNS", "check_relative_args"]
 

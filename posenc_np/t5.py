@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 
-from ._validate import check_integer_positions, check_positive_int, check_table
-from .alibi import check_position_pair
+from ._validate import check_integer_positions, check_position_pair, check_positive_int, check_table
 
 __all__ = ["t5_bucket", "t5_bias", "t5_bucket_thresholds", "check_t5_args"]
 

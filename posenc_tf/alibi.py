@@ -5,38 +5,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._validate import check_integer_positions
 from posenc_np.alibi import alibi_slopes as _spec_slopes
-from posenc_np.alibi import check_alibi_args, check_position_pair
+from posenc_np.alibi import check_alibi_args
 
-from ._common import as_tensor, is_symbolic, register_serializable, resolve_dtype, spec_constant, bias_output_shape
+from ._common import bias_output_shape, position_pair, register_serializable, resolve_dtype, spec_constant
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
-
-
-def position_pair(q_positions, k_positions, *, integer: bool):
-    """Tensors for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
-
-    Eager, `integer=True` positions must hold integers (ValueError naming the argument); inside a
-    tf.function values cannot be read, so a floating dtype is a TypeError instead. Integer positions
-    come back as int64.
-    """
-    pair = []
-    for name, x in (("q_positions", q_positions), ("k_positions", k_positions)):
-        x = as_tensor(x)
-        if x.shape.rank is not None and x.shape.rank < 1:
-            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
-        if x.dtype == tf.bool or x.dtype.is_complex:
-            raise TypeError(f"{name} must be a real array, got dtype {x.dtype.name}")
-        if x.dtype.is_floating and integer:
-            if is_symbolic(x):
-                raise TypeError(f"{name} must be an integer tensor inside tf.function, got {x.dtype.name}")
-            x = tf.constant(check_integer_positions(name, tf.cast(x, tf.float64).numpy()))
-        if x.dtype.is_integer:
-            x = tf.cast(x, tf.int64)
-        pair.append(x)
-    check_position_pair(pair[0].shape, pair[1].shape)
-    return tuple(pair)
 
 
 def alibi_slopes(num_heads, *, dtype=None):

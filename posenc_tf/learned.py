@@ -8,7 +8,7 @@ import tensorflow as tf
 from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
 from posenc_np.learned import resize_weights
 
-from ._common import as_tensor, is_symbolic, register_serializable, spec_constant
+from ._common import as_tensor, is_tracing, register_serializable, spec_constant
 
 __all__ = ["learned", "resize_table", "LearnedEncoding"]
 
@@ -23,7 +23,7 @@ def learned(table, positions):
     check_table("table", table.shape)
     rows = table.shape[0]
     positions = as_tensor(positions)
-    if is_symbolic(positions):
+    if is_tracing(positions):
         if positions.dtype.is_floating:
             raise TypeError(f"positions must be an integer tensor inside tf.function, got {positions.dtype.name}")
         positions = tf.cast(positions, tf.int32)
@@ -43,7 +43,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     """
     check_table("table", table.shape)
     new_len = check_positive_int("new_len", new_len)
-    old_len = int(table.shape[0])  # the constants below must not close over the tensor (torch.compile)
+    old_len = int(table.shape[0])
     key = ("resize", old_len, new_len, method, align_corners, float(cubic_a))
     make = lambda: resize_weights(old_len, new_len, method=method,  # noqa: E731
                                   align_corners=align_corners, cubic_a=cubic_a)

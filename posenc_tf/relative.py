@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from posenc_np._validate import check_positive_int
 from posenc_np.relative import check_relative_args
 
-from ._common import register_serializable
-from .alibi import position_pair
+from ._common import bias_output_shape, position_pair, register_serializable
 
 __all__ = ["relative_embeddings", "RelativePositionEmbedding"]
 
@@ -47,10 +45,7 @@ class RelativePositionEmbedding(keras.layers.Layer):
         return tf.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, q_positions_shape, k_positions_shape):
-        q_shape, k_shape = q_positions_shape, k_positions_shape
-        lead = np.broadcast_shapes(tuple(1 if d is None else d for d in q_shape[:-1]),
-                                   tuple(1 if d is None else d for d in k_shape[:-1]))
-        return (*lead, q_shape[-1], k_shape[-1], self.dim)
+        return bias_output_shape(None, q_positions_shape, k_positions_shape, self.dim)
 
     def get_config(self):
         return {**super().get_config(), "max_distance": self.max_distance, "dim": self.dim, "sign": self.sign}

@@ -18,13 +18,14 @@ from __future__ import annotations
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
 from ._common import as_tensor, register_serializable, resolve_dtype, spec_constant
-from posenc_np._freeze import freeze as _freeze
+from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
@@ -70,18 +71,18 @@ def _half_cos_sin(positions, plan, arrays):
 
 
 _TABLE_ROWS = 4096
-_COS_SIN: dict = {}
 
 
 def _table(rotary_dim, base, scaling):
     """`(cos, sin)` float32 `[4096, r/2]` of positions 0..4095 from the float64 spec, built once per parameters."""
-    key = (rotary_dim, float(base), _freeze(scaling))
-    if key not in _COS_SIN:
-        cos, sin = spec_rope_cos_sin(range(_TABLE_ROWS), rotary_dim, base=base, scaling=scaling)
-        half = rotary_dim // 2
-        with tf.init_scope():
-            _COS_SIN[key] = (tf.constant(cos[:, :half], tf.float32), tf.constant(sin[:, :half], tf.float32))
-    return _COS_SIN[key]
+    frozen = _freeze(scaling)
+
+    def make():
+        cos, sin = spec_rope_cos_sin(range(_TABLE_ROWS), rotary_dim, base=base, scaling=_thaw(frozen))
+        return np.stack([cos[:, : rotary_dim // 2], sin[:, : rotary_dim // 2]])
+
+    table = spec_constant(("rope_table", rotary_dim, float(base), frozen), make)
+    return table[0], table[1]
 
 
 def _cached_cos_sin(positions, table, planned):

@@ -9,7 +9,7 @@ import tensorflow as tf
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
 from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
 
-from ._common import as_tensor, is_symbolic, register_serializable, resolve_dtype, spec_constant
+from ._common import as_tensor, is_tracing, register_serializable, resolve_dtype, spec_constant
 
 __all__ = ["sinusoidal", "SinusoidalEncoding"]
 
@@ -61,7 +61,7 @@ class SinusoidalEncoding(keras.layers.Layer):
         rows = self._cache.shape[0]
         if rows == 0:
             return computed
-        if not is_symbolic(positions) and int(tf.size(positions)) and int(tf.reduce_max(positions)) >= rows:
+        if not is_tracing(positions) and int(tf.size(positions)) and int(tf.reduce_max(positions)) >= rows:
             return computed
         positions = tf.cast(positions, tf.int32)
         inside = (positions >= 0) & (positions < rows)

@@ -8,8 +8,7 @@ import tensorflow as tf
 from posenc_np._validate import check_integer_positions, check_positive_int, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import as_tensor, is_symbolic, register_serializable, spec_constant, bias_output_shape
-from .alibi import position_pair
+from ._common import as_tensor, bias_output_shape, is_tracing, position_pair, register_serializable, spec_constant
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
@@ -39,7 +38,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     check_t5_args(bidirectional, num_buckets, max_distance)
     relative = as_tensor(relative_position)
     if relative.dtype.is_floating:
-        if is_symbolic(relative):
+        if is_tracing(relative):
             raise TypeError(f"relative_position must be an integer tensor inside tf.function, "
                             f"got {relative.dtype.name}")
         relative = tf.constant(check_integer_positions("relative_position", tf.cast(relative, tf.float64).numpy()))

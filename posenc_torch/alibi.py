@@ -4,37 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_integer_positions
 from posenc_np.alibi import alibi_slopes as _spec_slopes
-from posenc_np.alibi import check_alibi_args, check_position_pair
+from posenc_np.alibi import check_alibi_args
 
-from ._common import as_tensor, resolve_dtype, spec_constant
+from ._common import as_tensor, position_pair, resolve_dtype, spec_constant
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
-
-
-def position_pair(q_positions, k_positions, *, integer: bool):
-    """Tensors for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
-
-    Eager, `integer=True` positions must hold integers (ValueError naming the argument otherwise);
-    under torch.compile values cannot be read, so a floating dtype is a TypeError instead (which
-    torch.compile(fullgraph=True) reports wrapped in `torch._dynamo.exc.Unsupported`, message kept).
-    """
-    q = as_tensor(q_positions)
-    k = as_tensor(k_positions, device=q.device)
-    for name, x in (("q_positions", q), ("k_positions", k)):
-        if x.ndim < 1:
-            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
-        if x.dtype == torch.bool or x.is_complex():
-            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
-        if integer and x.is_floating_point():
-            if torch.compiler.is_compiling():
-                raise TypeError(f"{name} must be an integer tensor under torch.compile, got {x.dtype}")
-            check_integer_positions(name, x.detach().cpu().double().numpy())
-    check_position_pair(q.shape, k.shape)
-    if integer:
-        return q.long(), k.long()
-    return q, k
 
 
 def alibi_slopes(num_heads, *, dtype=None, device=None):

@@ -7,8 +7,7 @@ import torch
 from posenc_np._validate import check_integer_positions, check_positive_int, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import as_tensor, spec_constant
-from .alibi import position_pair
+from ._common import as_tensor, is_tracing, position_pair, spec_constant
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
@@ -40,7 +39,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     check_t5_args(bidirectional, num_buckets, max_distance)
     relative = as_tensor(relative_position)
     if relative.is_floating_point():
-        if torch.compiler.is_compiling():
+        if is_tracing(relative):
             raise TypeError(f"relative_position must be an integer tensor under torch.compile, got {relative.dtype}")
         check_integer_positions("relative_position", relative.detach().cpu().double().numpy())
     return _buckets(relative.long(), bidirectional, num_buckets, max_distance)
