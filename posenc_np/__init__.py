@@ -10,6 +10,7 @@ from .conventions import Convention, conventions
 from .learned import learned, resize_table, resize_weights
 from .relative import relative_embeddings
 from .rope import apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation, scaling_from_hf_config
+from .schedule import rope_schedule_from_hf_config
 from .sinusoidal import sinusoidal, sinusoid_inv_freq
 from .t5 import t5_bias, t5_bucket
 from .testing import tolerance
@@ -23,6 +24,7 @@ __all__ = [
     "rope_frequencies",
     "rope_permutation",
     "scaling_from_hf_config",
+    "rope_schedule_from_hf_config",
     "alibi_bias",
     "alibi_slopes",
     "attention",

@@ -1,0 +1,362 @@
+"""Per-layer position schedules: which RoPE (or none) each decoder layer of a Hugging Face model uses.
+
+Current models do not use one positional encoding. Gemma 2/3/4 use another `rope_theta` (and scaling)
+on sliding-window layers than on global ones, Gemma 4's global layers use the `proportional` type,
+Llama 4, SmolLM3 and Mistral Large 4 leave some layers without RoPE (NoPE) through `no_rope_layers`
+(whose name is inverted: `1` means the layer *uses* RoPE), Cohere2 rotates only its sliding layers,
+and transformers 5.x keys `rope_parameters` by layer type (a `None` entry is a NoPE layer type).
+A wrong layer type is invisible at short context, which is why these mistakes survive ports.
+
+`rope_schedule_from_hf_config(config)` reads all of this into one list, one entry per decoder layer:
+`None` for a layer without rotary positions, else the keyword arguments of `apply_rope` for that
+layer (`base`, `rotary_dim`, `layout`, `scaling`). For DeepSeek-style multi-head latent attention
+(MLA: the config has `qk_rope_head_dim`) an entry describes the rope slice: pass it to
+`posenc_np.mla.apply_mla_rope`.
+
+What it reads (transformers 5.24, `modeling_rope_utils.py` `standardize_rope_params` and each family's
+`modeling_*.py`):
+    rope_parameters (v5; flat, or nested by layer type), rope_scaling + rope_theta (v4 flat keys),
+    layer_types, sliding_window_pattern / _sliding_window_pattern (layer i is global iff
+    (i + 1) % pattern == 0, Gemma 2/3), no_rope_layers (families in `NO_ROPE_LAYERS_USES_ROPE`),
+    partial_rotary_factor / rotary_pct / rotary_dim, head_dim (else hidden_size // num_attention_heads),
+    per_layer_config overrides of head_dim (Gemma 4 global layers), qk_rope_head_dim + rope_interleave
+    (MLA), max_position_embeddings / original_max_position_embeddings (moved into the scaling dict
+    like HF's `standardize_rope_params`).
+The layout ("half" = HF `rotate_half`, or "interleaved") is not in any config: it is the family's
+code, listed in `INTERLEAVED_FAMILIES`; every other family rotates halves. The test
+tests/spec/test_schedule_sweep.py checks both against every model type of the installed transformers.
+
+Never a silent default: a position key it does not know, a layer type it cannot place, a missing
+`rope_theta`, a `rope_type` outside `posenc_np.scaling.SCALING_TYPES`, or a family whose positions
+are not a per-layer 1-D RoPE (multi-axis `mrope_section`, per-layer theta lists...) raise `ValueError`
+naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import Mapping
+
+from .rope import resolve_rotary_dim
+from .scaling import SCALING_TYPES, resolve_scaling
+
+__all__ = [
+    "rope_schedule_from_hf_config",
+    "INTERLEAVED_FAMILIES",
+    "NO_ROPE_LAYERS_USES_ROPE",
+    "ROPE_ONLY_ON_SLIDING",
+    "ATTENTION_LAYER_TYPES",
+    "NON_ATTENTION_LAYER_TYPES",
+    "KNOWN_POSITION_KEYS",
+    "REFUSED_FAMILIES",
+]
+
+# model_type -> where the family rotates interleaved pairs (2j, 2j+1) instead of HF's rotate_half.
+INTERLEAVED_FAMILIES = {
+    "llama4_text": "llama4/modeling_llama4.py apply_rotary_emb (torch.view_as_complex of pairs)",
+    "cohere": "cohere/modeling_cohere.py rotate_half on (x[..., ::2], x[..., 1::2]); repeat_interleave(freqs, 2)",
+    "cohere2": "cohere2/modeling_cohere2.py (same as cohere)",
+    "cohere2_moe": "cohere2_moe/modeling_cohere2_moe.py (same as cohere)",
+    "gptj": "gptj/modeling_gptj.py rotate_every_two",
+    "codegen": "codegen/modeling_codegen.py rotate_every_two",
+    "glm": "glm/modeling_glm.py apply_rotary_pos_emb: cos[..., :r/2].repeat_interleave(2), interleaved rotate_half",
+    "glm4": "glm4/modeling_glm4.py (same as glm)",
+    "glm_ocr_text": "glm_ocr/modeling_glm_ocr.py (same as glm)",
+    "ernie4_5": "ernie4_5/modeling_ernie4_5.py apply_rotary_pos_emb ('glm rope style')",
+    "ernie4_5_moe": "ernie4_5_moe/modeling_ernie4_5_moe.py (same as ernie4_5)",
+    "ernie4_5_vl_moe_text": "ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py (same as ernie4_5)",
+    "helium": "helium/modeling_helium.py apply_rotary_pos_emb (glm style)",
+    "moonshine_streaming": "moonshine_streaming/modeling_moonshine_streaming.py apply_rotary_pos_emb (glm style)",
+    "pe_audio_encoder": "pe_audio/modeling_pe_audio.py apply_rotary_pos_emb (pairs x.reshape(..., -1, 1, 2))",
+    "pe_video_encoder": "pe_video/modeling_pe_video.py (same as pe_audio)",
+    "pe_audio_video_encoder": "pe_audio_video/modeling_pe_audio_video.py (same as pe_audio)",
+}
+# Families refused by name: their rotary positions are not `apply_rope` on a 1-D position (reason, source).
+REFUSED_FAMILIES = {
+    "nanochat": "rotates by the negative angle (rotate_half = cat(x2, -x1), nanochat/modeling_nanochat.py)",
+    "blt": "rotates by the negative angle (rotate_half = cat(x2, -x1), blt/modeling_blt.py)",
+    "blt_global_transformer": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
+    "blt_local_decoder": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
+    "blt_local_encoder": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
+    "blt_patcher": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
+    "glm4v_text": "multi-axis RoPE: the rotary module splits the angles into (temporal, height, width) sections",
+    "glm_image_text": "multi-axis RoPE (sections of glm4v)",
+    "hunyuan_vl_text": "multi-axis xdrope (hunyuan_vl/modeling_hunyuan_vl.py)",
+    "qwen2_5_omni_text": "multi-axis mrope in the model code (qwen2_5_omni/modeling_qwen2_5_omni.py)",
+    "qwen2_5_omni_talker": "multi-axis mrope in the model code (qwen2_5_omni/modeling_qwen2_5_omni.py)",
+    "qwen2_5_omni_thinker": "multi-axis mrope in the model code (qwen2_5_omni/modeling_qwen2_5_omni.py)",
+    "qwen3_omni_moe_talker_text": "multi-axis mrope in the model code (qwen3_omni_moe/modeling_qwen3_omni_moe.py)",
+    "deepseek_ocr2_encoder": "several rotary classes in deepseek_ocr2/modeling_deepseek_ocr2.py, none built for "
+                             "this config class; not read",
+    "dots3_note_text": "its indexed_attention rotary width follows a rule other than head_dim * "
+                       "partial_rotary_factor (dots3_note/modeling_dots3_note.py); not read",
+    "qwen3_omni_moe_talker_code_predictor": "its rotary class is built for another config class in "
+                                            "qwen3_omni_moe/modeling_qwen3_omni_moe.py (mrope); not read",
+}
+# Families whose `no_rope_layers[i] == 1` means layer i USES RoPE (the name reads the other way):
+# `self.use_rope = config.no_rope_layers[layer_idx]` in each modeling file.
+NO_ROPE_LAYERS_USES_ROPE = {
+    "llama4_text": "llama4/modeling_llama4.py Llama4TextAttention: use_rope = no_rope_layers[layer_idx]",
+    "smollm3": "smollm3/modeling_smollm3.py SmolLM3Attention: use_rope = no_rope_layers[layer_idx]",
+    "mistral_large4_text": "mistral_large4/modeling_mistral_large4.py: use_rope = no_rope_layers[layer_idx]",
+}
+# Families that rotate only on sliding-window layers (global layers are NoPE).
+ROPE_ONLY_ON_SLIDING = {
+    "cohere2": "cohere2/modeling_cohere2.py Cohere2Attention: apply_rotary_pos_emb only if sliding_window",
+    "cohere2_moe": "cohere2_moe/modeling_cohere2_moe.py (same as cohere2)",
+}
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention")
+# Layer types that hold no attention (hence no positions): recurrent / convolution mixers.
+NON_ATTENTION_LAYER_TYPES = ("linear_attention", "conv", "mamba")
+# Position keys this reader interprets; any other config key naming rope/rotary positions is refused.
+KNOWN_POSITION_KEYS = frozenset({
+    "rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct", "rotary_dim",
+    "rotary_emb_base", "qk_rope_head_dim", "qk_nope_head_dim", "rope_interleave", "no_rope_layers",
+    "no_rope_layer_interval", "layer_types", "sliding_window_pattern", "_sliding_window_pattern",
+})
+# Substrings that mark a key as positional (checked against KNOWN_POSITION_KEYS).
+_POSITION_MARKERS = ("rope", "rotary", "nope", "mrope", "xdrope")
+# Keys inside a rope_parameters dict that are not scaling parameters.
+_NOT_SCALING = ("rope_theta", "partial_rotary_factor")
+
+
+def _as_dict(config) -> dict:
+    if isinstance(config, (str, os.PathLike)):
+        try:
+            with open(config) as handle:
+                return json.load(handle)
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"config={str(config)!r} is not a readable config.json: {error}") from error
+    if hasattr(config, "to_dict"):  # a transformers PreTrainedConfig
+        out = config.to_dict()
+        for key in ("head_dim", "layer_types"):  # properties of some config classes (JetMoe, Zamba2)
+            if out.get(key) is None and getattr(config, key, None) is not None:
+                out[key] = getattr(config, key)
+        return out
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, a transformers config or a config.json path, "
+                        f"got {type(config).__name__}")
+    return copy.deepcopy(dict(config))
+
+
+def _has_positions(cfg: dict) -> bool:
+    return any(any(m in key for m in _POSITION_MARKERS) for key in cfg)
+
+
+def _check_known_keys(cfg: dict, where: str) -> None:
+    unknown = sorted(k for k in cfg if any(m in k for m in _POSITION_MARKERS) and k not in KNOWN_POSITION_KEYS
+                     and cfg[k] not in (None, False, [], {}))
+    if unknown:
+        raise ValueError(f"{where}: position key(s) {unknown} are not read by rope_schedule_from_hf_config "
+                         f"(known: {sorted(KNOWN_POSITION_KEYS)})")
+
+
+def _layer_types(cfg: dict, num_layers: int, where: str) -> list:
+    types = cfg.get("layer_types")
+    if types is not None:
+        types = list(types)
+        if len(types) != num_layers:
+            raise ValueError(f"{where}: layer_types has {len(types)} entries for num_hidden_layers={num_layers}")
+        return types
+    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern")
+    if pattern:  # Gemma 2/3: every pattern-th layer is global (configuration_gemma3.py layer_types default)
+        return ["full_attention" if (i + 1) % int(pattern) == 0 else "sliding_attention" for i in range(num_layers)]
+    return ["full_attention"] * num_layers
+
+
+def _nested(params) -> bool:
+    return bool(params) and all(isinstance(v, Mapping) or v is None for v in params.values())
+
+
+def _per_layer_overrides(cfg: dict, num_layers: int, where: str) -> list:
+    """`per_layer_config` ({"05": {"head_dim": 512}, ...}, transformers' heterogeneous configs) per layer."""
+    raw = cfg.get("per_layer_config") or {}
+    out = [{} for _ in range(num_layers)]
+    for key, overrides in raw.items():
+        try:
+            index = int(key)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: per_layer_config key {key!r} is not a layer index") from None
+        if not 0 <= index < num_layers:
+            raise ValueError(f"{where}: per_layer_config key {key!r} is outside 0..{num_layers - 1}")
+        overrides = dict(overrides or {})
+        _check_known_keys(overrides, f"{where} per_layer_config[{key!r}]")
+        out[index] = overrides
+    return out
+
+
+def _head_dim(cfg: dict, where: str) -> int:
+    if cfg.get("head_dim"):
+        return int(cfg["head_dim"])
+    if cfg.get("hidden_size") and cfg.get("num_attention_heads"):
+        return int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    raise ValueError(f"{where}: neither head_dim nor hidden_size and num_attention_heads are set")
+
+
+def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, where: str) -> dict:
+    """apply_rope kwargs for one layer type from its (flat) rope parameters."""
+    params = dict(params)
+    kind = params.pop("rope_type", None)
+    legacy = params.pop("type", None)
+    if kind is not None and legacy is not None and kind != legacy:
+        raise ValueError(f"{where}: rope_type={kind!r} and type={legacy!r} disagree")
+    kind = kind or legacy or "default"
+    if kind not in SCALING_TYPES:
+        raise ValueError(f"{where}: rope_type={kind!r} is not one of {sorted(SCALING_TYPES)}")
+    base = params.pop("rope_theta", None)
+    if base is None:
+        base = cfg.get("rope_theta", cfg.get("rotary_emb_base"))
+    if base is None:
+        raise ValueError(f"{where}: no rope_theta (neither in rope_parameters nor at the top level); "
+                         "no default base is assumed")
+    fraction = params.pop("partial_rotary_factor", None)
+    if fraction is None:
+        fraction = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
+    mla = bool(cfg.get("qk_rope_head_dim"))
+    if mla:  # DeepSeek MLA: RoPE acts on the qk_rope_head_dim slice (configuration_deepseek_v3.py head_dim)
+        head_dim = int(cfg["qk_rope_head_dim"])
+    if kind == "proportional":  # its output always spans the whole head dim; the fraction shapes inv_freq
+        rotary_dim = resolve_rotary_dim(head_dim, head_dim)
+        params["partial_rotary_factor"] = 1.0 if fraction is None else float(fraction)
+    elif model_type in ("gptj", "codegen") and fraction is None:  # rotary_dim is read only by these two
+        rotary_dim = resolve_rotary_dim(head_dim, cfg.get("rotary_dim") or head_dim)
+    else:
+        rotary_dim = resolve_rotary_dim(head_dim, int(head_dim * (1.0 if fraction is None else float(fraction))))
+        if cfg.get("rotary_dim") and int(cfg["rotary_dim"]) != rotary_dim:
+            raise ValueError(f"{where}: rotary_dim={cfg['rotary_dim']} disagrees with int(head_dim * "
+                             f"partial_rotary_factor) = {rotary_dim}, which transformers' rotary module uses")
+    max_pos = cfg.get("max_position_embeddings")
+    if kind == "dynamic":  # HF's dynamic NTK reads the model's max_position_embeddings, never the dict's
+        params["original_max_position_embeddings"] = max_pos
+    if kind in ("yarn", "llama3", "longrope"):  # standardize_rope_params: the top-level value wins (Phi-3)
+        original = cfg.get("original_max_position_embeddings") or params.get("original_max_position_embeddings") \
+            or max_pos
+        params["original_max_position_embeddings"] = original
+        if kind in ("yarn", "longrope") and params.get("factor") is None and max_pos and original:
+            params["factor"] = max_pos / original
+    scaling = None if kind == "default" and not params else {"rope_type": kind, **params}
+    try:
+        resolve_scaling(scaling, rotary_dim=rotary_dim, base=float(base))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: {error}") from None
+    entry = dict(base=float(base), rotary_dim=rotary_dim, layout=layout, scaling=scaling)
+    if mla:  # rope_interleave: the rope slice is stored as interleaved pairs (HF de-interleaves it before rotate_half)
+        entry["layout"] = "interleaved" if cfg.get("rope_interleave") else "half"
+    return entry
+
+
+def rope_schedule_from_hf_config(config) -> list:
+    """One entry per decoder layer: `None` (no rotary positions) or the `apply_rope` kwargs of that layer.
+
+    Formula: layer i gets the rope parameters of its layer type `layer_types[i]` (a nested
+    `rope_parameters` dict), or the one flat dict; it is NoPE when that dict is `None`, when
+    `no_rope_layers[i] == 0` (families in `NO_ROPE_LAYERS_USES_ROPE`), when it is a global layer of a
+    family in `ROPE_ONLY_ON_SLIDING`, or when its type holds no attention (`NON_ATTENTION_LAYER_TYPES`).
+    `rotary_dim = int(head_dim * partial_rotary_factor)` as in HF's `compute_default_rope_parameters`
+    (`proportional` keeps the whole head dim and passes the fraction in `scaling`).
+
+    Args:
+        config: a transformers config, its `to_dict()`, or a config.json path. A multimodal config
+            whose top level has no position keys is read through its `text_config` (the decoder).
+
+    Returns:
+        list of length `num_hidden_layers`; entries `None` or
+        `dict(base=float, rotary_dim=int, layout="half"|"interleaved", scaling=dict|None)`; for MLA
+        configs (`qk_rope_head_dim`) the entry describes the rope slice (`posenc_np.mla.apply_mla_rope`).
+
+    Raises:
+        ValueError: an unknown position key or layer type, no `rope_theta`, a scaling the spec does not
+            implement, `no_rope_layers` in a family whose meaning is not listed, mismatched lengths.
+        TypeError: `config` is not a config, a mapping or a path.
+
+    Reference:
+        transformers 5.24 `modeling_rope_utils.py` (`standardize_rope_params`, `ROPE_INIT_FUNCTIONS`),
+        `models/{gemma3,gemma4,llama4,cohere2,smollm3,mistral_large4,deepseek_v3}/modeling_*.py`.
+
+    Example:
+        >>> cfg = {"model_type": "gemma3_text", "num_hidden_layers": 3, "head_dim": 8,
+        ...        "sliding_window_pattern": 3,
+        ...        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        ...                            "full_attention": {"rope_type": "default", "rope_theta": 1e6}}}
+        >>> [e["base"] for e in rope_schedule_from_hf_config(cfg)]
+        [10000.0, 10000.0, 1000000.0]
+        >>> rope_schedule_from_hf_config({"model_type": "llama4_text", "num_hidden_layers": 2, "head_dim": 4,
+        ...     "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}, "no_rope_layers": [1, 0]})[1] is None
+        True
+    """
+    cfg = _as_dict(config)
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and not _has_positions(cfg):
+        cfg = dict(text)
+    model_type = cfg.get("model_type")
+    where = f"model_type={model_type!r}"
+    if not _has_positions(cfg):
+        raise ValueError(f"{where}: the config has no rotary position keys (rope_parameters, rope_theta, ...)")
+    if model_type in REFUSED_FAMILIES:
+        raise ValueError(f"{where}: {REFUSED_FAMILIES[model_type]}")
+    if cfg.get("position_embedding_type") not in (None, "rope", "rotary"):
+        raise ValueError(f"{where}: position_embedding_type={cfg['position_embedding_type']!r} is not rotary")
+    if cfg.get("patch_size") is not None:
+        raise ValueError(f"{where}: patch_size is set: an image/video encoder, whose rotary positions are patch "
+                         "coordinates, not a decoder-layer schedule")
+    _check_known_keys(cfg, where)
+    num_layers = cfg.get("num_hidden_layers")
+    if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+        raise ValueError(f"{where}: num_hidden_layers={num_layers!r} must be a positive integer")
+    types = _layer_types(cfg, num_layers, where)
+    overrides = _per_layer_overrides(cfg, num_layers, where)
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{where}: rope_parameters={params!r} must be a dict")
+    nested = _nested(params)
+    for kind in (params.values() if nested else [params]):
+        if kind and (kind.get("mrope_section") is not None or kind.get("rope_type") in ("mrope", "axial")):
+            raise ValueError(f"{where}: multi-axis RoPE (mrope_section / rope_type={kind.get('rope_type')!r}) "
+                             "is not a per-layer 1-D schedule")
+    uses_rope = [True] * num_layers
+    if cfg.get("no_rope_layers"):
+        if model_type not in NO_ROPE_LAYERS_USES_ROPE:
+            raise ValueError(f"{where}: no_rope_layers is read only for {sorted(NO_ROPE_LAYERS_USES_ROPE)}, whose "
+                             "modeling code says 1 = the layer uses RoPE; this family's meaning is unknown")
+        flags = list(cfg["no_rope_layers"])
+        if len(flags) != num_layers or any(f not in (0, 1, True, False) for f in flags):
+            raise ValueError(f"{where}: no_rope_layers must hold num_hidden_layers={num_layers} flags 0/1, got {flags}")
+        uses_rope = [bool(f) for f in flags]
+    layout = "interleaved" if model_type in INTERLEAVED_FAMILIES else "half"
+    schedule, cache = [], {}
+    for i, layer_type in enumerate(types):
+        if layer_type in NON_ATTENTION_LAYER_TYPES or not uses_rope[i]:
+            schedule.append(None)
+            continue
+        if layer_type not in ATTENTION_LAYER_TYPES:
+            raise ValueError(f"{where}: layer_types[{i}]={layer_type!r} is neither an attention type "
+                             f"{ATTENTION_LAYER_TYPES} nor a non-attention type {NON_ATTENTION_LAYER_TYPES}")
+        if model_type in ROPE_ONLY_ON_SLIDING and layer_type != "sliding_attention":
+            schedule.append(None)
+            continue
+        if nested:
+            if layer_type not in params:
+                raise ValueError(f"{where}: rope_parameters has no entry for layer type {layer_type!r} "
+                                 f"(has {sorted(params)})")
+            layer_params = params[layer_type]
+            if layer_params is None:
+                schedule.append(None)
+                continue
+        else:
+            layer_params = params
+        layer_cfg = {**cfg, **overrides[i]}
+        head_dim = _head_dim(layer_cfg, where)
+        key = (layer_type, head_dim)
+        if key not in cache:
+            here = f"{where} layer type {layer_type!r}"
+            try:
+                cache[key] = _entry(layer_cfg, layer_params, head_dim=head_dim, layout=layout, model_type=model_type,
+                                    where=here)
+            except (TypeError, ValueError) as error:
+                if str(error).startswith(where):
+                    raise
+                raise ValueError(f"{here}: {error}") from None
+        schedule.append(copy.deepcopy(cache[key]))
+    return schedule

@@ -1,0 +1,240 @@
+"""The schedule sweep: every model type of the installed transformers against `rope_schedule_from_hf_config`.
+
+For each model type whose default config (or its `text_config`) has rotary position keys, the reader
+either returns a schedule, and then every RoPE layer's cos/sin must equal the model's own rotary
+embedding class for that layer type (and, where the module's `apply_rotary_pos_emb(q, k, cos, sin)` has
+the standard signature, its rotated q must equal `apply_rope`), or it raises a ValueError naming what it
+cannot read. Only the rotary modules are built (no model weights). Used by
+tests/reference/test_schedule_sweep.py and by `python tests/reference/schedule_sweep.py` (prints the
+table for docs/schedules.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import logging
+import warnings
+
+import numpy as np
+
+import posenc_np as pn
+
+POSITIONS = np.array([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144])
+# transformers forms float32 angles p * inv_freq (relative error ~6e-8): at p <= 144 that is < 1e-5 rad.
+ATOL = 2e-5
+
+
+@functools.lru_cache(maxsize=None)
+def _transformers():
+    import torch  # noqa: F401
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    transformers.utils.logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return CONFIG_MAPPING, sorted(CONFIG_MAPPING_NAMES)
+
+
+def model_types():
+    return _transformers()[1]
+
+
+def _default_config(model_type):
+    mapping, _ = _transformers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return mapping[model_type]()
+
+
+def _position_config(config):
+    """The config whose keys the reader reads: the top level, else the text sub-config."""
+    from posenc_np.schedule import _has_positions
+
+    if _has_positions(config.to_dict()):
+        return config
+    text = getattr(config, "text_config", None)
+    if text is not None and not isinstance(text, dict) and _has_positions(text.to_dict()):
+        return text
+    return None
+
+
+def _modeling_module(config):
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    package = type(config).__module__.rsplit(".", 1)[0]
+    name = package.rsplit(".", 1)[1]
+    try:
+        return importlib.import_module(f"{package}.modeling_{name}")
+    except Exception:  # noqa: BLE001 - optional dependency of that family (torchaudio...)
+        try:
+            name = model_type_to_module_name(config.model_type)
+            return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def _rotary_class(module, config):
+    """The module's rotary class built for this config class (by its `config` annotation, else by name)."""
+    candidates = [v for k, v in vars(module).items()
+                  if inspect.isclass(v) and k.endswith("RotaryEmbedding") and v.__module__ == module.__name__]
+    typed = []
+    for cls in candidates:
+        annotation = inspect.signature(cls.__init__).parameters.get("config")
+        annotation = None if annotation is None else annotation.annotation
+        if annotation is type(config) or (isinstance(annotation, str) and annotation == type(config).__name__):
+            typed.append(cls)
+    if len(typed) == 1:
+        return typed[0]
+    named = [c for c in candidates if "Vision" not in c.__name__ or "Vision" in type(config).__name__]
+    return named[0] if len(named) == 1 else None
+
+
+def _pair_table(t, width):
+    """HF's cos or sin `[..., R]` (half or interleaved pattern) as per-pair values `[..., R/2]`."""
+    t = np.asarray(t, dtype=np.float64)
+    half = width // 2
+    if np.allclose(t[..., :half], t[..., half:width], atol=1e-7, rtol=0):
+        return t[..., :half]
+    if np.allclose(t[..., 0:width:2], t[..., 1:width:2], atol=1e-7, rtol=0):
+        return t[..., 0:width:2]
+    raise AssertionError(f"rotary output of width {width} is neither half nor interleaved duplicated")
+
+
+def hf_cos_sin(rotary, layer_type, config):
+    import torch
+
+    x = torch.zeros(1, len(POSITIONS), 8, dtype=torch.float32)
+    position_ids = torch.tensor(POSITIONS)[None]
+    params = inspect.signature(rotary.forward).parameters
+    with torch.no_grad():
+        if "layer_type" in params:
+            out = rotary(x, position_ids, layer_type=layer_type)
+        else:
+            out = rotary(x, position_ids)
+    if isinstance(out, torch.Tensor) and out.is_complex():  # Llama 4 freqs_cis [b, s, r/2]
+        return out.real.double().numpy()[0], out.imag.double().numpy()[0], True
+    cos, sin = out[0], out[1]
+    return cos.double().numpy()[0], sin.double().numpy()[0], False
+
+
+def check_model_type(model_type):
+    """('read', detail) | ('refused', reason) | ('no-positions', '') | ('mismatch', detail) | ('skipped', why)."""
+    try:
+        config = _default_config(model_type)
+    except Exception as error:  # noqa: BLE001 - a default config transformers itself cannot build
+        return "skipped", f"transformers cannot build the default config: {type(error).__name__}"
+    config = _position_config(config)
+    if config is None:
+        return "no-positions", ""
+    try:
+        schedule = pn.rope_schedule_from_hf_config(config)
+    except ValueError as error:
+        return "refused", str(error)
+    module = _modeling_module(config)
+    if module is None:
+        return "no-reference", "read; transformers has no modeling code for it (configuration only)"
+    cls = None if module is None else _rotary_class(module, config)
+    if cls is None:
+        return "mismatch", "read, but no single rotary embedding class in its modeling module to compare with"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rotary = cls(config)
+    except Exception as error:  # noqa: BLE001
+        return "mismatch", f"read, but {cls.__name__}(config) fails: {type(error).__name__}: {error}"[:300]
+    types = list(getattr(config, "layer_types", None) or ["full_attention"] * len(schedule))
+    seen = {}
+    for i, entry in enumerate(schedule):
+        if entry is None:
+            continue
+        key = types[i] if i < len(types) else None
+        if key in seen:
+            if seen[key] != entry:
+                return "mismatch", f"layer type {key!r} has two different entries"
+            continue
+        seen[key] = entry
+        try:
+            cos, sin, complex_form = hf_cos_sin(rotary, key, config)
+        except Exception as error:  # noqa: BLE001
+            return "mismatch", f"read, but {cls.__name__}.forward fails: {type(error).__name__}: {error}"[:300]
+        width = entry["rotary_dim"]
+        kwargs = {k: v for k, v in entry.items() if k != "layout"}
+        ref_cos, ref_sin = pn.rope_cos_sin(POSITIONS, **kwargs, layout="half")
+        ref_cos, ref_sin = ref_cos[..., : width // 2], ref_sin[..., : width // 2]
+        if complex_form:
+            got_cos, got_sin = cos, sin
+        else:
+            if cos.shape[-1] == width // 2:  # modules that return per-pair tables (gpt-oss)
+                cos, sin, complex_form = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1), False
+            if cos.shape[-1] != width:
+                return "mismatch", f"layer {i} ({key}): rotary width {cos.shape[-1]} != schedule rotary_dim {width}"
+            try:
+                got_cos, got_sin = _pair_table(cos, width), _pair_table(sin, width)
+            except AssertionError as error:
+                return "mismatch", f"layer {i} ({key}): {error}"
+        if got_cos.shape != ref_cos.shape:
+            return "mismatch", f"layer {i} ({key}): shape {got_cos.shape} != {ref_cos.shape}"
+        err = max(np.abs(got_cos - ref_cos).max(), np.abs(got_sin - ref_sin).max())
+        if not err <= ATOL:
+            return "mismatch", f"layer {i} ({key}): max |cos/sin - spec| = {err:.3g} (entry {entry})"
+        if not complex_form:
+            problem = _check_apply(module, cos, sin, entry)
+            if problem:
+                return "mismatch", f"layer {i} ({key}): {problem}"
+    nope = sum(e is None for e in schedule)
+    return "read", f"{len(schedule)} layers, {nope} without RoPE, {len(seen)} rotary setting(s)"
+
+
+def _check_apply(module, cos, sin, entry):
+    """The family's own `apply_rotary_pos_emb(q, k, cos, sin)` against `apply_rope` with the entry's layout."""
+    import torch
+
+    fn = getattr(module, "apply_rotary_pos_emb", None)
+    perm = None
+    if config_interleave(module, entry):  # DeepSeek MLA: de-interleaves, then rotates halves (output in half order)
+        fn = module.apply_rotary_pos_emb_interleave
+        perm = pn.rope_permutation(entry["rotary_dim"], source="interleaved", target="half")
+    if fn is None:
+        return None
+    params = list(inspect.signature(fn).parameters)
+    if params[:4] != ["q", "k", "cos", "sin"]:
+        return None
+    width = entry["rotary_dim"]
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 2, len(POSITIONS), width))
+    tq = torch.tensor(q, dtype=torch.float32)
+    try:
+        with torch.no_grad():
+            out_q, _ = fn(tq, tq.clone(), torch.tensor(cos, dtype=torch.float32)[None],
+                          torch.tensor(sin, dtype=torch.float32)[None])
+    except Exception:  # noqa: BLE001 - a non-standard apply function (shapes of its own)
+        return None
+    ref = pn.apply_rope(q, POSITIONS, **entry)
+    if perm is not None:
+        ref = ref[..., perm]
+    err = np.abs(out_q.double().numpy() - ref).max()
+    if not err <= 1e-4:
+        return f"apply_rotary_pos_emb differs from apply_rope(layout={entry['layout']!r}) by {err:.3g}"
+    return None
+
+
+def config_interleave(module, entry):
+    return entry["layout"] == "interleaved" and hasattr(module, "apply_rotary_pos_emb_interleave")
+
+
+def sweep():
+    return {mt: check_model_type(mt) for mt in model_types()}
+
+
+if __name__ == "__main__":
+    import collections
+    import sys
+
+    results = sweep()
+    counts = collections.Counter(status for status, _ in results.values())
+    print(dict(counts))
+    for mt, (status, detail) in results.items():
+        if status != "no-positions" and (len(sys.argv) < 2 or status in sys.argv[1:]):
+            print(f"{status:9s} {mt}: {detail}")
