@@ -1,0 +1,292 @@
+"""`posenc export`: an ONNX model of a named convention or an encoding, checked once on ONNX Runtime.
+
+    posenc export hf-llama --out rope.onnx --head-dim 128 --max-len 8192 --scaling '{"rope_type": "llama3", ...}'
+    posenc export vaswani --out pe.onnx --dim 512 --max-len 2048
+    posenc export t5 --out t5.onnx --table relative_attention_bias.npy
+
+Named inputs and outputs (the contract; docs/export.md):
+    rotary    x [batch, heads, seq, head_dim], positions [batch, seq] int64 -> y like x
+    absolute  positions [batch, seq] int64 -> table [batch, seq, dim]
+    bias      q_positions [q], k_positions [k] int64 -> bias [heads, q, k]
+              (relative embeddings: bias [q, k, dim], the per-pair vectors of a `[2k+1, dim]` table)
+
+The graphs are built by `posenc.onnx_graphs` from the float64 spec. Before anything is written the
+model runs once on ONNX Runtime (CPU, all graph optimisations on) on inputs that reach the end of the
+cache, and is compared with the spec: RoPE caches reduce their angles in float64, so the bound is the
+tolerance policy's float32 rounding (`tolerance(dtype, scale=...)`, no angle term); tables and
+biases are held to the same policy as `posenc check`. Exit 0 written, 1 the check failed (nothing
+written), 2 bad usage or bad input (a message naming the value, nothing written).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import posenc_np
+from posenc_np.conventions import conventions
+from posenc_np.testing import Tolerance, compare, tolerance
+
+from .errors import UsageError
+
+__all__ = ["export", "ExportResult", "EXPORT_TARGETS", "add_parser", "add_subcommands", "run"]
+
+#: Encoding (family) names accepted besides the conventions, with the convention whose parameters they take.
+EXPORT_TARGETS = {"rope": "hf-llama", "sinusoidal": "vaswani", "learned": "bert", "alibi": None,
+                  "relative": "shaw"}
+_KIND = {"apply_rope": "rotary", "sinusoidal": "absolute", "learned": "absolute", "alibi_bias": "bias",
+         "t5_bias": "bias", "relative_embeddings": "bias"}
+DEFAULT_MAX_LEN = 4096
+
+
+@dataclass
+class ExportResult:
+    """What `export` built and how its one ONNX Runtime run compared with the spec."""
+
+    name: str
+    encoding: str
+    model: object  # onnx.ModelProto
+    inputs: dict  # name -> shape (symbolic names for dynamic axes)
+    outputs: dict
+    max_abs_err: float
+    tol: Tolerance
+    passed: bool
+    written: str | None = None
+    notes: list = field(default_factory=list)
+
+
+def _resolve(name, scaling):
+    """(encoding, params) of a convention name or an encoding name."""
+    if name in conventions:
+        c = conventions[name]
+        return c.encoding, dict(c.params)
+    if name == "alibi":
+        return "alibi_bias", {"form": "symmetric"}
+    if name in EXPORT_TARGETS:
+        c = conventions[EXPORT_TARGETS[name]]
+        return c.encoding, dict(c.params)
+    known = sorted(set(conventions) | set(EXPORT_TARGETS))
+    raise ValueError(f"convention {name!r} is not one of {known}")
+
+
+def _need(value, flag, name):
+    if value is None:
+        raise ValueError(f"{name} needs {flag}")
+    return value
+
+
+def _rng_x(shape, dtype):
+    return np.random.default_rng(0).standard_normal(shape).astype(dtype)
+
+
+def export(convention_or_encoding, out=None, *, head_dim=None, heads=None, dim=None, max_len=None, scaling=None,
+           dtype="float32", table=None, base=None, rotary_dim=None) -> ExportResult:
+    """Build the ONNX model of a convention (or encoding), run it once on ONNX Runtime against the spec,
+    and write it to `out` (atomically, only when the check passed).
+
+    Args:
+        convention_or_encoding: a `posenc_np.conventions` name ("hf-llama", "vaswani", "t5", ...) or an
+            encoding name: "rope" (= hf-llama's parameters), "sinusoidal" (vaswani), "learned",
+            "alibi" (symmetric form), "relative" (shaw).
+        out: path of the `.onnx` file, or None to build and check only.
+        head_dim: rotary: the per-head width (required). heads: rotary: fixes the heads axis
+            (symbolic otherwise); ALiBi: the number of heads (required); T5: must match the table.
+        dim: sinusoidal: the encoding width (required).
+        max_len: rotary and sinusoidal: rows of the cache / table (default 4096); positions must lie in
+            [0, max_len) (ONNX Runtime raises for others).
+        scaling: rotary: an HF `rope_scaling` dict (every static type, and longrope; dynamic is
+            refused by name).
+        dtype: "float32" or "float16", the model's float inputs and outputs.
+        table: learned `[max_len, dim]`, T5 `[num_buckets, heads]`, relative `[2k+1, dim]` array.
+        base: `rope_theta` / the sinusoid base (default: the convention's, else 10000).
+        rotary_dim: rotary: rotated width (default: the convention's, else head_dim).
+
+    Returns:
+        `ExportResult` (the model, its input/output shapes, the check's error and tolerance).
+
+    Raises:
+        ValueError/TypeError: an unknown name, a missing or bad parameter (the message names it);
+            `posenc.onnx_graphs.NotExportable` (a ValueError) for what ONNX cannot express.
+    """
+    from . import onnx_graphs as G
+
+    name = convention_or_encoding
+    encoding, params = _resolve(name, scaling)
+    kind = _KIND[encoding]
+    dtype = G._check_dtype(dtype)
+    if scaling is not None and kind != "rotary":
+        raise ValueError(f"scaling applies to rotary conventions, not to {name!r} ({encoding})")
+    if base is not None:
+        if encoding not in ("apply_rope", "sinusoidal"):
+            raise ValueError(f"base applies to rotary and sinusoidal conventions, not to {name!r} ({encoding})")
+        params["base"] = float(base)
+    if kind != "bias" and table is None and encoding == "learned":
+        raise ValueError(f"{name} needs --table FILE.npy (the learned [max_len, dim] table)")
+    if encoding in ("t5_bias", "relative_embeddings") and table is None:
+        raise ValueError(f"{name} needs --table FILE.npy (the {encoding.split('_')[0]} table)")
+    if table is not None and encoding not in ("learned", "t5_bias", "relative_embeddings"):
+        raise ValueError(f"--table applies to learned, t5 and relative conventions, not to {name!r}")
+    notes = []
+    np_dtype = np.dtype(dtype)
+    if kind == "rotary":
+        head_dim = _need(head_dim, "--head-dim", name)
+        max_len = DEFAULT_MAX_LEN if max_len is None else max_len
+        if rotary_dim is not None:
+            params.pop("rotary_pct", None)
+            params["rotary_dim"] = rotary_dim
+        if scaling is not None:
+            params["scaling"] = scaling
+        model = G.rope_model(head_dim=head_dim, max_len=max_len, dtype=dtype, heads=heads, **params)
+        seq = min(8, max_len)
+        positions = np.stack([np.arange(seq), np.arange(max_len - seq, max_len)])  # the cache's first and last rows
+        x = _rng_x((2, heads or 2, seq, head_dim), np_dtype)
+        feeds = {"x": x, "positions": positions}
+        desired = posenc_np.apply_rope(x.astype(np.float64), positions[:, None, :], **params)
+        # float64-reduced caches: no angle term, only float32 rounding (and the output dtype's)
+        tol = tolerance(dtype, scale=float(np.abs(desired).max()))
+        inputs = {"x": ["batch", heads or "heads", "seq", head_dim], "positions": ["batch", "seq"]}
+        outputs = {"y": inputs["x"]}
+    elif kind == "absolute":
+        if encoding == "sinusoidal":
+            dim = _need(dim, "--dim", name)
+            max_len = DEFAULT_MAX_LEN if max_len is None else max_len
+            model = G.sinusoidal_model(dim=dim, max_len=max_len, dtype=dtype, **params)
+            reference = lambda p: posenc_np.sinusoidal(p, dim, **params)  # noqa: E731
+            tol = tolerance(dtype, slack_ulps=1.0)  # the spec's float64 table rounded once
+        else:
+            table = np.asarray(table)
+            if max_len is not None and table.shape[0] != max_len:
+                raise ValueError(f"--max-len={max_len} disagrees with the table's {table.shape[0]} rows")
+            model = G.learned_model(table, dtype=dtype)
+            max_len, dim = table.shape
+            reference = lambda p: posenc_np.learned(table.astype(np.float64), p)  # noqa: E731
+            tol = tolerance(dtype, scale=float(np.abs(table).max()), slack_ulps=0.0) if dtype != str(
+                table.dtype) else tolerance(dtype, exact=True)
+        seq = min(8, max_len)
+        positions = np.stack([np.arange(seq), np.arange(max_len - seq, max_len)])
+        feeds = {"positions": positions}
+        desired = reference(positions)
+        inputs, outputs = {"positions": ["batch", "seq"]}, {"table": ["batch", "seq", dim]}
+        if name == "fairseq":
+            notes.append("fairseq zeroes the row padding_idx=1 for pad tokens; this table holds the formula's "
+                         "row there (real tokens start at position 2)")
+    else:
+        q, k = np.arange(28, 32), np.arange(32)
+        feeds = {"q_positions": q, "k_positions": k}
+        inputs = {"q_positions": ["q"], "k_positions": ["k"]}
+        if encoding == "alibi_bias":
+            heads = _need(heads, "--heads", name)
+            model = G.alibi_model(heads=heads, dtype=dtype, **params)
+            desired = posenc_np.alibi_bias(heads, q, k, **params)
+            tol = tolerance(dtype, scale=float(np.abs(desired).max()))
+            outputs = {"bias": [heads, "q", "k"]}
+        elif encoding == "t5_bias":
+            table = np.asarray(table)
+            if heads is not None and table.ndim == 2 and table.shape[1] != heads:
+                raise ValueError(f"--heads={heads} disagrees with the table's {table.shape[1]} columns "
+                                 f"([num_buckets, heads]; a t5x [heads, num_buckets] table needs a transpose)")
+            model = G.t5_model(table, dtype=dtype, **params)
+            desired = posenc_np.t5_bias(table.astype(np.float64), q, k, **params)
+            tol = tolerance(dtype, exact=True) if dtype == str(table.dtype) else tolerance(dtype, scale=float(
+                np.abs(table).max()), slack_ulps=0.0)
+            outputs = {"bias": [table.shape[1], "q", "k"]}
+        else:
+            table = np.asarray(table)
+            if table.ndim != 2 or table.shape[0] % 2 != 1:
+                raise ValueError(f"the relative table must be [2 * max_distance + 1, dim], got shape {table.shape}")
+            max_distance = (table.shape[0] - 1) // 2
+            model = G.relative_model(table, max_distance=max_distance, dtype=dtype, **params)
+            desired = posenc_np.relative_embeddings(table.astype(np.float64), q, k, max_distance=max_distance, **params)
+            tol = tolerance(dtype, exact=True) if dtype == str(table.dtype) else tolerance(dtype, scale=float(
+                np.abs(table).max()), slack_ulps=0.0)
+            outputs = {"bias": ["q", "k", table.shape[1]]}
+            notes.append(f"max_distance = (rows - 1) / 2 = {max_distance}")
+    actual = G.run_model(model, feeds, optimize=True)
+    result = compare(actual.astype(np.float64), np.asarray(desired, np.float64), tol)
+    done = ExportResult(name, encoding, model, inputs, outputs, result.max_abs_err, tol, result.passed, notes=notes)
+    if out is not None and result.passed:
+        from .io import write_atomic
+
+        write_atomic(str(out), model.SerializeToString(), what="model")
+        done.written = str(out)
+    return done
+
+
+# --- command line ----------------------------------------------------------------------------------------
+
+def _load_table(path):
+    try:
+        table = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--table {path!r} is not a readable .npy file: {error}") from None
+    if table.dtype.kind != "f":
+        raise UsageError(f"--table {path!r} holds {table.dtype} values; a float table is needed")
+    return table
+
+
+def _scaling(text):
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"--scaling {text!r} is not JSON: {error}") from None
+    if value is not None and not isinstance(value, dict):
+        raise UsageError(f"--scaling {text!r} must be a JSON object like HF's rope_scaling")
+    return value
+
+
+def run(args) -> int:
+    """`posenc export` from parsed arguments; returns the exit status (UsageError for bad input)."""
+    from .io import check_output
+
+    check_output(args.out, formats=("onnx",), what="model")
+    table = _load_table(args.table) if args.table else None
+    try:
+        result = export(args.convention, None, head_dim=args.head_dim, heads=args.heads, dim=args.dim,
+                        max_len=args.max_len, scaling=_scaling(args.scaling), dtype=args.dtype, table=table,
+                        base=args.base, rotary_dim=args.rotary_dim)
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error)) from None
+    shapes = lambda d: ", ".join(f"{k} {v}" for k, v in d.items())  # noqa: E731
+    verdict = "passed" if result.passed else "FAILED"
+    print(f"{args.convention} ({result.encoding}): {shapes(result.inputs)} -> {shapes(result.outputs)}")
+    print(f"ONNX Runtime check {verdict}: max_abs_err {result.max_abs_err:.3g} vs the float64 spec, tol {result.tol}")
+    for note in result.notes:
+        print(f"note: {note}")
+    if not result.passed:
+        print(f"nothing written to {args.out}")
+        return 1
+    from . import onnx_graphs as G
+    from .io import write_atomic
+
+    write_atomic(args.out, result.model.SerializeToString(), what="model")
+    print(f"wrote {args.out} (opset {G.OPSET}, IR version {G.IR_VERSION})")
+    return 0
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser("export", help="write an ONNX model of a convention, checked on ONNX Runtime")
+    parser.add_argument("convention", help="convention (hf-llama, meta-llama, gptj, gpt-neox, vaswani, tensor2tensor, "
+                                           "fairseq, bert, roberta, press-alibi, bloom-alibi, t5, t5-decoder, shaw, "
+                                           "hf-bert-relative-key) or encoding (rope, sinusoidal, learned, alibi, "
+                                           "relative)")
+    parser.add_argument("--out", required=True, metavar="FILE.onnx", help="the model file (written atomically)")
+    parser.add_argument("--head-dim", type=int, help="rotary: per-head width")
+    parser.add_argument("--heads", type=int, help="ALiBi: number of heads; rotary: fixes the heads axis")
+    parser.add_argument("--dim", type=int, help="sinusoidal: encoding width")
+    parser.add_argument("--max-len", type=int, help=f"rotary/sinusoidal: cache rows (default {DEFAULT_MAX_LEN})")
+    parser.add_argument("--scaling", metavar="JSON", help="rotary: HF rope_scaling dict as JSON")
+    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    parser.add_argument("--table", metavar="FILE.npy", help="learned / t5 / relative table")
+    parser.add_argument("--base", type=float, help="rope_theta or sinusoid base (default: the convention's)")
+    parser.add_argument("--rotary-dim", type=int, help="rotary: rotated width (default: the convention's)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def add_subcommands(subparsers):
+    """The pre-refactor hook of `posenc.cli.SUBCOMMAND_MODULES`."""
+    add_parser(subparsers)
