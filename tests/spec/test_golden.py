@@ -1,4 +1,4 @@
-"""The spec against committed reference arrays from outside posenc (see tests/golden/make_golden.py)."""
+"""The spec against committed reference arrays from outside posenc (see tests/spec/golden/make_golden.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,203 @@
+"""The three layers and the direction of their imports, enforced.
+
+    posenc_np (the spec)  <-  posenc_torch | posenc_tf | posenc_jax (backends)  <-  posenc (the application)
+
+* posenc_np imports NumPy, ml_dtypes, the standard library and itself, nothing else;
+* a backend imports its own framework(s), NumPy, ml_dtypes, the standard library, posenc_np and itself:
+  never another backend, never posenc;
+* posenc may import anything.
+
+Every `import` statement counts, at module level or inside a function (a lazy import is still a
+dependency), and so do string imports (`importlib.import_module("x")`, `__import__("x")`,
+`pytest.importorskip("x")`). A violation fails naming file:line.
+
+The spec's tests follow the spec's rule: tests/spec/ runs in an environment with only NumPy and
+ml_dtypes (plus pytest). Tests that compare the spec with another system's real code (transformers,
+torch's functional ops, TF/JAX resizers) live in tests/reference/; the backends' tests in tests/backends/;
+the application's in tests/app/. `test_spec_tests_pass_with_only_numpy_and_ml_dtypes` runs tests/spec in a
+child interpreter that can see nothing but the standard library, NumPy, ml_dtypes, pytest and this
+repository, and `test_spec_imports_without_frameworks` imports every posenc_np module with the
+frameworks blocked.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+SPEC_DEPS = {"numpy", "ml_dtypes"}
+FRAMEWORKS = {"posenc_torch": {"torch"}, "posenc_tf": {"tensorflow", "keras"}, "posenc_jax": {"jax", "jaxlib", "flax"}}
+#: What each layer may import besides the standard library and itself.
+ALLOWED = {"posenc_np": SPEC_DEPS, **{pkg: SPEC_DEPS | {"posenc_np"} | fw for pkg, fw in FRAMEWORKS.items()}}
+#: Imported by nothing in the spec's environment: every framework, backend, the application, and the
+#: heavy references the tests compare with.
+BLOCKED = sorted({"torch", "tensorflow", "keras", "jax", "jaxlib", "flax", "transformers", "safetensors", "onnx",
+                  "onnxruntime", "gguf", "diffusers", "hypothesis", "posenc", *FRAMEWORKS})
+STRING_IMPORTERS = {"import_module", "__import__", "importorskip"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path):
+    """`(line, absolute module name)` for every import in `path`, relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1] if node.level <= len(package) else None
+                if base is None:  # climbs above the top package
+                    for name in ([node.module] if node.module else [a.name for a in node.names]):
+                        yield node.lineno, "." * node.level + name
+                    continue
+                for name in ([node.module] if node.module else [a.name for a in node.names]):
+                    yield node.lineno, ".".join(base + [name])
+            else:
+                yield node.lineno, node.module
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) in STRING_IMPORTERS):
+            yield node.lineno, node.args[0].value
+
+
+def violations(package: str, allowed: set[str]) -> list[str]:
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for line, name in imports(path):
+            root = name.split(".")[0]
+            if root not in STDLIB and root != package and root not in allowed:
+                found.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    return found
+
+
+@pytest.mark.parametrize("package", list(ALLOWED))
+def test_import_direction(package):
+    assert (ROOT / package).is_dir(), f"{package} is missing"
+    found = violations(package, ALLOWED[package])
+    assert not found, (f"{package} may import only the standard library, itself and "
+                       f"{sorted(ALLOWED[package])}:\n" + "\n".join(found))
+
+
+def test_the_checker_catches_each_kind_of_import(tmp_path, monkeypatch):
+    """A backend importing another backend (plain, lazily, relative past its root, by string) is caught."""
+    package = tmp_path / "posenc_torch"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import rope\nfrom .rope import x\n")
+    (package / "rope.py").write_text(textwrap.dedent("""\
+        import numpy as np
+        import torch.nn
+        from posenc_np import _validate
+
+        def f():
+            import posenc_jax
+            from posenc.adapters import adapter
+            from .. import elsewhere
+            return __import__("tensorflow")
+        """))
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    found = violations("posenc_torch", ALLOWED["posenc_torch"])
+    assert found == ["posenc_torch/rope.py:6: imports posenc_jax", "posenc_torch/rope.py:7: imports posenc.adapters",
+                     "posenc_torch/rope.py:8: imports ..elsewhere", "posenc_torch/rope.py:9: imports tensorflow"]
+
+
+SPEC_TEST_ALLOWED = SPEC_DEPS | {"pytest", "posenc_np", "helpers"}
+
+
+def test_spec_tests_import_no_framework():
+    """tests/spec and what it loads (tests/helpers.py at module level) import only the spec's dependencies."""
+    found = []
+    # what pytest imports: test modules and conftest files (tests/spec/golden/make_golden.py is a script that
+    # regenerates the golden arrays from transformers, run by hand, never imported by a test)
+    paths = [p for p in (ROOT / "tests" / "spec").rglob("*.py") if p.name.startswith("test_") or p.name == "conftest.py"]
+    for path in sorted(paths):
+        for line, name in imports(path):
+            root = name.split(".")[0]
+            if root not in STDLIB and root not in SPEC_TEST_ALLOWED:
+                found.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    helpers = ROOT / "tests" / "helpers.py"
+    for node in ast.parse(helpers.read_text()).body:  # module level: helpers import frameworks lazily
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]):
+                if name.split(".")[0] not in STDLIB | SPEC_TEST_ALLOWED:
+                    found.append(f"tests/helpers.py:{node.lineno}: imports {name} at module level")
+    assert not found, "tests/spec runs with only NumPy and ml_dtypes; move these to tests/reference or " \
+                      "tests/backends:\n" + "\n".join(found)
+
+
+_BLOCKER = textwrap.dedent("""\
+    import sys
+
+    class Blocker:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"{name} is blocked: the spec must not import it", name=name)
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    """)
+
+
+def test_spec_imports_without_frameworks():
+    """`import posenc_np` and every one of its modules, with every framework and the app blocked."""
+    code = _BLOCKER + textwrap.dedent("""\
+        import importlib, pkgutil
+        import posenc_np
+        names = [m.name for m in pkgutil.walk_packages(posenc_np.__path__, prefix="posenc_np.")]
+        for name in names:
+            importlib.import_module(name)
+        leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not leaked, leaked
+        print(len(names))
+        """)
+    result = subprocess.run([sys.executable, "-c", f"BLOCKED = {BLOCKED!r}\n" + code], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[-1]) > 5  # the modules were really walked
+
+
+def _site_packages(module: str) -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    origin = Path(spec.origin)
+    return origin.parent.parent if origin.name == "__init__.py" else origin.parent
+
+
+def test_spec_tests_pass_with_only_numpy_and_ml_dtypes(tmp_path):
+    """tests/spec in a child `python -S` whose sys.path holds the standard library, this repository and
+    links to NumPy, ml_dtypes and pytest (with its own dependencies) only: what `pip install numpy
+    ml_dtypes pytest` gives. The spec and its tests must pass there, with nothing skipped."""
+    env_dir = tmp_path / "site"
+    env_dir.mkdir()
+    for module in ("numpy", "ml_dtypes", "pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py"):
+        try:
+            source = _site_packages(module)
+        except (ImportError, AttributeError, TypeError):
+            continue
+        for entry in source.iterdir():
+            if entry.name == module or entry.name == f"{module}.py" or entry.name == f"{module}.libs":
+                (env_dir / entry.name).symlink_to(entry)
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import pytest; "
+            "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rs', 'tests/spec']))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "POSENC_TEST_BACKENDS"))}
+    result = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT), str(env_dir)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
+    assert result.returncode == 0, tail
+    assert " passed" in tail and "skipped" not in tail, tail
