@@ -139,6 +139,11 @@ class Adapter:
     name: str = ""
     package: str = ""
     framework: str = ""
+    #: the distributions whose versions a report records
+    distributions: tuple = ()
+    #: relative cost in a `posenc check` run, measured on a 2-core CPU (JAX's eager mode dispatches and
+    #: compiles every primitive per shape; TF's XLA compiles are cheap): balances the worker processes
+    cost: float = 1.0
 
     def available(self) -> bool:
         return importlib.util.find_spec(self.framework) is not None
@@ -226,6 +231,7 @@ def _map(fn, out):
 
 class NumpyAdapter(Adapter):
     name, package, framework = "numpy", "posenc_np", "numpy"
+    distributions, cost = ("numpy", "ml_dtypes"), 0.1
 
     def from_numpy(self, array):
         return array
@@ -255,6 +261,7 @@ class NumpyAdapter(Adapter):
 
 class TorchAdapter(Adapter):
     name, package, framework = "torch", "posenc_torch", "torch"
+    distributions, cost = ("torch",), 1.0
 
     def from_numpy(self, array):
         import torch
@@ -299,6 +306,7 @@ class TorchAdapter(Adapter):
 
 class TFAdapter(Adapter):
     name, package, framework = "tf", "posenc_tf", "tensorflow"
+    distributions, cost = ("tensorflow-cpu", "tensorflow", "keras"), 0.8
 
     def from_numpy(self, array):
         import tensorflow as tf
@@ -336,6 +344,7 @@ class TFAdapter(Adapter):
 
 class JaxAdapter(Adapter):
     name, package, framework = "jax", "posenc_jax", "jax"
+    distributions, cost = ("jax", "jaxlib", "flax"), 1.4
 
     def from_numpy(self, array):
         import jax.numpy as jnp

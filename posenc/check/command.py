@@ -9,19 +9,17 @@ import time
 
 from posenc_np.conventions import conventions, families
 
-from ..adapters import BACKENDS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS
+from ..adapters import ADAPTERS, BACKENDS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS
 from ..errors import UsageError
 from ..io import check_output, parse_choices, write_atomic
 from .registry import DTYPES, MODES
 
 __all__ = ["add_parser", "run", "select"]
 
-_VERSIONED = ("numpy", "torch", "tensorflow-cpu", "tensorflow", "keras", "jax", "jaxlib", "flax")
-
-
 def _versions():
+    """Installed versions of every adapter's distributions, for the JSON report."""
     out = {}
-    for dist in _VERSIONED:
+    for dist in (d for a in ADAPTERS.values() for d in a.distributions):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

@@ -157,18 +157,14 @@ def _run_group(case_ids, backends, dtypes, modes, seed, require, environ, compil
                compile_backend=compile_backend)
 
 
-#: Relative cost of a backend in a suite run, measured on a 2-core CPU (JAX's eager mode dispatches and
-#: compiles every primitive per shape; TF's XLA compiles are cheap).
-_COST = {"jax": 1.4, "torch": 1.0, "tf": 0.8, "numpy": 0.1}
-
-
 def _balanced_groups(backends, jobs):
+    """Backends spread over `jobs` groups by their `Adapter.cost`, heaviest first onto the lightest group."""
     groups = [[] for _ in range(min(jobs, len(backends)))]
     load = [0.0] * len(groups)
-    for backend in sorted(backends, key=lambda b: -_COST.get(b, 1.0)):
+    for backend in sorted(backends, key=lambda b: -adapter(b).cost):
         i = load.index(min(load))
         groups[i].append(backend)
-        load[i] += _COST.get(backend, 1.0)
+        load[i] += adapter(backend).cost
     return [g for g in groups if g]
 
 

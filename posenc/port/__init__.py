@@ -8,8 +8,8 @@ from .core import UNVERIFIED_SUFFIX, PortResult, port, report_text
 from .doctor import Diagnosis, diagnose, diagnose_files
 from .formats import FORMATS, detect_format, open_reader, write_checkpoint
 from .mapping import Op, Rules, build_plan
-from .presets import PRESETS, get_preset
+from .presets import PRESETS, PresetOptions, get_preset
 
 __all__ = ["port", "report_text", "PortResult", "UNVERIFIED_SUFFIX", "Rules", "Op", "build_plan", "PRESETS",
-           "get_preset", "FORMATS", "detect_format", "open_reader", "write_checkpoint", "Diagnosis", "diagnose",
-           "diagnose_files"]
+           "PresetOptions", "get_preset", "FORMATS", "detect_format", "open_reader", "write_checkpoint",
+           "Diagnosis", "diagnose", "diagnose_files"]

@@ -304,16 +304,14 @@ def _embeddings_check(framework, target_names, resize_method):
     """Extra verification: BERT embeddings in torch (source) and `framework` (target) vs float64 NumPy."""
 
     def run(source, target):
-        import posenc_torch
+        from ..adapters import adapter
 
         src = {k: source.get(n) for k, n in zip(("word", "position", "token_type", "gamma", "beta"), _BERT_EMB)}
         tgt = {k: np.asarray(target.get(n)) for k, n in target_names.items()}
         rows = tgt["position"].shape[0]
         if rows != src["position"].shape[0]:  # resized: the source side resizes with posenc_torch
-            import torch
-
-            src["position"] = posenc_torch.resize_table(torch.from_numpy(np.array(src["position"])), rows,
-                                                        method=resize_method).numpy()
+            src["position"] = adapter("torch").call("resize_table", (np.array(src["position"]), rows),
+                                                    {"method": resize_method})
         rng = np.random.default_rng(1)
         positions = np.concatenate([np.arange(8), rng.integers(0, rows, 8), [rows - 1]])[None]
         ids = rng.integers(0, src["word"].shape[0], positions.shape)

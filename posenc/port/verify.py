@@ -303,9 +303,9 @@ def _t5_checks(entry, source, actual, framework):
 
 
 def installed_backends():
-    from ..adapters import adapter
+    from ..adapters import BACKENDS, adapter
 
-    return [name for name in ("torch", "tf", "jax") if adapter(name).available()]
+    return [name for name in BACKENDS if adapter(name).available()]
 
 
 def framework_resize_checks(name, table, actual, new_len, method):

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,14 +16,21 @@ from posenc.cli import main
 from posenc import adapters as suite_backends
 
 FAST = ["--mode", "eager", "--quiet"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_check_passes_and_writes_reports(tmp_path, capsys):
     report, table = tmp_path / "r.json", tmp_path / "r.md"
-    code = main(["check", "--encoding", "learned,resize", "--backend", "jax", *FAST, "--json", str(report),
-                 "--markdown", str(table)])
+    saved = os.umask(0o022)
+    try:
+        code = main(["check", "--encoding", "learned,resize", "--backend", "jax", *FAST, "--json", str(report),
+                     "--markdown", str(table)])
+    finally:
+        os.umask(saved)
     out = capsys.readouterr().out
     assert code == 0, out
+    # an ordinary file, as port --json, experiment --json and plot write it (posenc.io.write_atomic)
+    assert stat.S_IMODE(report.stat().st_mode) == stat.S_IMODE(table.stat().st_mode) == 0o644
     data = json.loads(report.read_text())
     assert data["records"] and all(r["status"] == "pass" for r in data["records"])
     record = data["records"][0]
@@ -36,6 +49,106 @@ def test_check_passes_and_writes_reports(tmp_path, capsys):
 def test_unknown_filter_is_bad_usage(argv, name, capsys):
     assert main(["check", *argv]) == 2
     assert name in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--encoding", "alibi-forms", "--dtype", "bfloat16"], "--encoding alibi-forms with --dtype bfloat16 selects "
+                                                          "nothing: its cases run in dtypes float32 only"),
+    (["--encoding", ",", "--backend", "tf"], "--encoding ',' names nothing"),
+])
+def test_empty_selection_is_bad_usage(argv, needle, capsys):
+    """A selection must never pass by running nothing (it printed "0 passed, 0 failed" and exited 0)."""
+    assert main(["check", *argv, *FAST]) == 2
+    captured = capsys.readouterr()
+    assert needle in captured.err and "passed" not in captured.out
+
+
+def test_select_names_the_filter_that_selected_nothing():
+    from posenc.check.command import select
+    from posenc.check.registry import Case
+    from posenc.errors import UsageError
+
+    eager_only = Case("sinusoidal", "vaswani", "short", make=None, tol=None, modes=("eager",))
+    assert select([eager_only], encodings=["vaswani"], dtypes=["float16"], modes=["eager", "jit"]) == [eager_only]
+    with pytest.raises(UsageError, match="--encoding vaswani with --mode jit selects nothing: its cases run in "
+                                         "modes eager only"):
+        select([eager_only], encodings=["vaswani"], dtypes=["float32"], modes=["jit"])
+    with pytest.raises(UsageError, match="--encoding rope has no registered case"):
+        select([eager_only], encodings=["rope"])
+
+
+def test_torch_compile_backend_is_passed_down_never_through_the_environment(monkeypatch, capsys):
+    torch = suite_backends.adapter("torch")
+    if not torch.available():
+        pytest.skip("torch not installed")
+    seen = []
+
+    def jit(self, fn, *, compile_backend=suite_backends.DEFAULT_TORCH_COMPILE_BACKEND):
+        seen.append(compile_backend)
+        return fn  # no compile: this test is about where the setting goes
+
+    monkeypatch.setattr(suite_backends.TorchAdapter, "jit", jit)
+    environ = dict(os.environ)
+    argv = ["check", "--encoding", "learned", "--backend", "torch", "--dtype", "float32", "--mode", "jit", "-q",
+            "--jobs", "1"]
+    assert main([*argv, "--torch-compile-backend", "inductor"]) == 0
+    assert seen and set(seen) == {"inductor"}
+    seen.clear()
+    assert main(argv) == 0
+    assert seen and set(seen) == {suite_backends.DEFAULT_TORCH_COMPILE_BACKEND} == {"aot_eager"}
+    assert dict(os.environ) == environ  # nothing leaks into the calling process
+    assert "torch.compile backend aot_eager" in capsys.readouterr().out
+
+
+_FRAMEWORK_LOG = re.compile(r"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\]|WARNING: All log messages before "
+                            r"absl::InitializeLog)", re.M)
+
+
+def _subprocess_output(*argv):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CPP_", "POSENC_"))}
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=environ, timeout=300,
+                          cwd=ROOT)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_no_framework_log_lines_unless_verbose():
+    """`python -m posenc check` on TensorFlow: its C++ log lines (`I0000 ... oneDNN custom operations are
+    on`, `E0000 ...`), which TF_CPP_MIN_LOG_LEVEL does not silence since TF 2.17, stay out of the output."""
+    pytest.importorskip("tensorflow")
+    code, plain = _subprocess_output("-c", "import tensorflow")
+    assert code == 0, plain
+    if not _FRAMEWORK_LOG.search(plain):
+        pytest.skip("this TensorFlow build logs nothing at import: nothing for posenc to hide")
+    code, out = _subprocess_output("-m", "posenc", "check", "--encoding", "sinusoidal", "--backend", "tf",
+                                   "--mode", "eager")
+    assert code == 0, out
+    assert not _FRAMEWORK_LOG.search(out), out
+    assert "0 failed, 0 skipped" in out  # the filter keeps everything else
+
+
+def test_framework_log_filter_keeps_everything_else():
+    read_fd, write_fd = os.pipe()
+    out_r, out_w = os.pipe()
+    os.write(write_fd, b"I0000 00:00:1796101788.462397   12441 port.cc:153] oneDNN custom operations are on.\n"
+                       b"posenc check: a message\n"
+                       b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+                       b"E0000 00:00:1758131045.203198 3722035 cpu_utils.cc:9] oneDNN supports DT_HALF only on AVX-512\n"
+                       b"2025-09-17 14:44:05.157831: I external/local_xla/xla/tsl/cuda/cudart_stub.cc:32] no cuda\n"
+                       b"F0000 00:00:1.0 1 a.cc:1] fatal lines stay\n"
+                       b"Traceback (most recent call last):\n"
+                       b"\r\x1b[K[3/10 1.0s] progress without a newline")
+    os.close(write_fd)
+    suite_backends._forward_filtered(read_fd, out_w)
+    os.close(out_w)
+    with os.fdopen(out_r, "rb") as f:
+        kept = f.read()
+    assert kept == (b"posenc check: a message\nF0000 00:00:1.0 1 a.cc:1] fatal lines stay\n"
+                    b"Traceback (most recent call last):\n\r\x1b[K[3/10 1.0s] progress without a newline")
+
+
+def test_python_m_posenc_is_the_console_script():
+    code, out = _subprocess_output("-m", "posenc", "--help")
+    assert code == 0 and all(name in out for name in ("check", "port", "doctor", "plot", "experiment")), out
 
 
 def test_unwritable_report_path_is_bad_usage(tmp_path, capsys):

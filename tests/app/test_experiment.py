@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -22,7 +24,11 @@ def quick(tmp_path_factory):
     argv = ["experiment", "--quick", "--threads", "1", "--quiet", "--save-weights", str(out)]
     for key, path in paths.items():
         argv += [f"--{key}", str(path)]
-    code = main(argv)
+    saved = os.umask(0o022)
+    try:
+        code = main(argv)
+    finally:
+        os.umask(saved)
     return code, out, paths, json.loads(paths["json"].read_text())
 
 
@@ -48,6 +54,7 @@ def test_quick_reports(quick):
     assert "| encoding | ppl@32 | ppl@64 | ppl@128 | ppl@256 |" in markdown
     assert "resize_table" in markdown  # the run says how the learned table was extended
     assert paths["plot"].read_bytes().startswith(b"\x89PNG")
+    assert {stat.S_IMODE(p.stat().st_mode) for p in paths.values()} == {0o644}  # ordinary files (umask 022)
     assert np.load(out / "learned_table.npy").shape == (32, 32)
     assert np.load(out / "t5_table.npy").shape == (ex.T5_BUCKETS, 2)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -54,7 +57,13 @@ def test_experiment_report_plot(tmp_path):
 
 def test_svg_by_suffix(tmp_path):
     out = tmp_path / "diff.svg"
-    assert main(["plot", "diff", "meta-llama", "hf-llama", "--positions", "8", "--dim", "8", "--out", str(out)]) == 0
+    saved = os.umask(0o022)
+    try:
+        assert main(["plot", "diff", "meta-llama", "hf-llama", "--positions", "8", "--dim", "8", "--out",
+                     str(out)]) == 0
+    finally:
+        os.umask(saved)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644  # an ordinary file, as every posenc output
     text = out.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import stat
 
 import numpy as np
 import pytest
@@ -71,8 +72,14 @@ def leftovers(directory):
 def test_meta_llama_to_hf_one_command(meta_dir, capsys):
     directory, state = meta_dir
     target = directory / "model.safetensors"
-    assert run("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf",
-               "--json", directory / "report.json") == 0
+    saved = os.umask(0o022)
+    try:
+        assert run("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf",
+                   "--json", directory / "report.json") == 0
+    finally:
+        os.umask(saved)
+    for written in (target, directory / "report.json", directory / "model.safetensors.rope.json"):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o644, written  # ordinary files, as every posenc output
     out = capsys.readouterr().out
     assert "rope-logits" in out and "verified: wrote" in out
     report = json.loads((directory / "report.json").read_text())
