@@ -11,6 +11,8 @@ from .learned import learned, resize_table, resize_weights
 from .relative import relative_embeddings
 from .rope import apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation, scaling_from_hf_config
 from .schedule import rope_schedule_from_hf_config
+from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
+from .temperature import llama4_attn_scale
 from .sinusoidal import sinusoidal, sinusoid_inv_freq
 from .t5 import t5_bias, t5_bucket
 from .testing import tolerance
@@ -25,6 +27,10 @@ __all__ = [
     "rope_permutation",
     "scaling_from_hf_config",
     "rope_schedule_from_hf_config",
+    "apply_mla_rope",
+    "mla_rope_permutation",
+    "mla_softmax_scale",
+    "llama4_attn_scale",
     "alibi_bias",
     "alibi_slopes",
     "attention",

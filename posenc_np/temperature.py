@@ -1,0 +1,51 @@
+"""Position-dependent query scales ("attention temperature"): Llama 4's tuning on NoPE layers.
+
+Llama 4 multiplies the queries of its layers without RoPE by
+`s(p) = 1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))` (`attn_temperature_tuning`; Nakanishi,
+"Scalable-Softmax Is Superior for Attention", 2025, arXiv:2501.19399), so that attention stays sharp at
+long context where no rotary angle separates far tokens. It is 1 for p < floor_scale - 1.
+
+Reference: transformers 5.24 `models/llama4/modeling_llama4.py` `Llama4TextAttention.forward`
+(`torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0`),
+defaults `floor_scale=8192`, `attn_scale=0.1` (`configuration_llama4.py`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import check_integer_positions, check_positive_float
+
+__all__ = ["llama4_attn_scale"]
+
+
+def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1) -> np.ndarray:
+    """Llama 4's query scale on NoPE layers: `1 + attn_scale * log1p(floor((p + 1) / floor_scale))`.
+
+    Multiply the queries (`[..., seq, heads, dim]` with `positions[..., seq, None, None]`, or
+    `[..., heads, seq, dim]` with `positions[..., :, None]`) by it before the dot product; keys are not
+    scaled. Apply it only on layers whose schedule entry is `None` (NoPE) when the config has
+    `attn_temperature_tuning`.
+
+    Args:
+        positions: integer array (absolute positions, KV-cache offset included).
+        floor_scale: `config.floor_scale` (> 0).
+        attn_scale: `config.attn_scale` (finite, may be 0).
+
+    Returns:
+        float64 array of `positions.shape`.
+
+    Raises:
+        ValueError: non-integer positions, `floor_scale <= 0`, non-finite `attn_scale`.
+        TypeError: non-numeric positions.
+
+    Example:
+        >>> llama4_attn_scale([0, 8190, 8191, 3 * 8192 - 1]).round(6).tolist()
+        [1.0, 1.0, 1.069315, 1.138629]
+    """
+    positions = check_integer_positions("positions", positions)
+    floor_scale = check_positive_float("floor_scale", floor_scale)
+    attn_scale = float(attn_scale)
+    if not np.isfinite(attn_scale):
+        raise ValueError(f"attn_scale={attn_scale!r} must be finite")
+    return 1.0 + attn_scale * np.log1p(np.floor((positions.astype(np.float64) + 1.0) / floor_scale))
