@@ -8,6 +8,8 @@ from .alibi import alibi_bias, alibi_slopes
 from .attention import attention
 from .conventions import Convention, conventions
 from .learned import learned, resize_table, resize_weights
+from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_bias, document_ids, document_mask,
+                      positions_from_cu_seqlens, rerotate)
 from .relative import relative_embeddings
 from .rope import apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation, scaling_from_hf_config
 from .schedule import rope_schedule_from_hf_config
@@ -20,6 +22,15 @@ from .testing import tolerance
 __version__ = "0.1.0"
 
 __all__ = [
+    "cp_indices",
+    "cp_positions",
+    "cp_shard",
+    "cp_unshard",
+    "document_bias",
+    "document_ids",
+    "document_mask",
+    "positions_from_cu_seqlens",
+    "rerotate",
     "apply_rope",
     "permute_qk_rows",
     "rope_cos_sin",

@@ -23,6 +23,15 @@ FAMILY_OF_ENCODING = {
     "t5_bias": "t5",
     "t5_bucket": "t5",
     "relative_embeddings": "relative",
+    # packed sequences and context parallelism (posenc_np.packing)
+    "positions_from_cu_seqlens": "packing",
+    "document_mask": "packing",
+    "document_bias": "packing",
+    "cp_positions": "packing",
+    "cp_indices": "packing",
+    "cp_shard": "packing",
+    "cp_unshard": "packing",
+    "rerotate": "packing",
 }
 
 

@@ -7,6 +7,8 @@ Needs the TensorFlow Keras backend (KERAS_BACKEND=tensorflow, the default here).
 from .alibi import ALiBi, alibi_bias, alibi_slopes
 from .attention import attention
 from .learned import LearnedEncoding, learned, resize_table
+from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_bias, document_ids, document_mask,
+                      positions_from_cu_seqlens, rerotate)
 from .relative import RelativePositionEmbedding, relative_embeddings
 from .rope import (RotaryEmbedding, apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation,
                    scaling_from_hf_config)
@@ -14,6 +16,15 @@ from .sinusoidal import SinusoidalEncoding, sinusoidal
 from .t5 import T5RelativeBias, t5_bias, t5_bucket
 
 __all__ = [
+    "cp_indices",
+    "cp_positions",
+    "cp_shard",
+    "cp_unshard",
+    "document_bias",
+    "document_ids",
+    "document_mask",
+    "positions_from_cu_seqlens",
+    "rerotate",
     "RotaryEmbedding",
     "apply_rope",
     "permute_qk_rows",

@@ -78,7 +78,24 @@ def run(args) -> int:
                                             versions=_versions()), what="--json report")
     if args.markdown:
         write_atomic(args.markdown, markdown_table(records), what="--markdown report")
-    return 1 if any(r.status in ("fail", "error") for r in records) else 0
+    failed = any(r.status in ("fail", "error") for r in records)
+    if args.distributed:
+        failed = _distributed_section() or failed
+    return 1 if failed else 0
+
+
+def _distributed_section() -> bool:
+    """`--distributed`: the sharded-runtime checks (posenc.check.distributed); True when one failed."""
+    from .distributed import run_distributed
+
+    started = time.perf_counter()
+    records = run_distributed()
+    print("\ndistributed (sharded = unsharded; JAX 8-device mesh, torch.distributed gloo x 4):")
+    for r in records:
+        detail = f"max_abs_err={r['max_abs_err']:.3g} tol={r['tol']:.3g}" if "max_abs_err" in r else r.get("message", "")
+        print(f"  {r['status']:5} {r['runtime']:5} {r['check']:40} {detail}")
+    print(f"({len(records)} distributed checks, {time.perf_counter() - started:.1f} s)")
+    return any(r["status"] in ("fail", "error") for r in records)
 
 
 def add_parser(subparsers) -> None:
@@ -105,4 +122,7 @@ def add_parser(subparsers) -> None:
     check.add_argument("--verbose", "-v", action="store_true",
                        help="list every passing comparison, and show the frameworks' own log lines")
     check.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    check.add_argument("--distributed", action="store_true",
+                       help="also run the sharded-runtime section: JAX NamedSharding/shard_map on 8 host CPU "
+                            "devices and torch.distributed (gloo, 4 processes) with DTensor; ~1 min")
     check.set_defaults(func=run)

@@ -1,0 +1,206 @@
+"""Packed sequences and context parallelism in JAX. The rules and sources: `posenc_np.packing`.
+
+Everything here is index arithmetic on integer arrays (`searchsorted`, `arange`, gathers), so the
+results equal the spec exactly, and it runs under `jax.jit`, `shard_map` and `NamedSharding`:
+- `cu_seqlens` is an array (data): new document boundaries never recompile. The packed row length
+  `total` must be static under jit (pass `total=`, usually `x.shape[0]`); eagerly it is read from
+  `cu_seqlens[-1]` and every value is validated by the spec. Under jit values cannot be read: tokens
+  past `cu_seqlens[-1]` are numbered as one more document, and document lengths that do not split
+  evenly give indices of the wrong tokens; validate in the data loader.
+- `rank` may be an int (validated) or a traced integer scalar: inside `shard_map`,
+  `rank=jax.lax.axis_index("sp")` gives each device its own positions from one program.
+Outputs of the position functions have the integer dtype of `cu_seqlens` (int32 without x64).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from posenc_np.packing import check_axis, check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args
+from posenc_np.packing import check_total, cp_rank_order
+from posenc_np.packing import cp_indices as spec_cp_indices
+from posenc_np.rope import resolve_rotary_dim, rope_plan
+
+from ._common import is_tracing
+from .rope import apply_rope
+
+__all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "document_bias", "cp_positions",
+           "cp_indices", "cp_shard", "cp_unshard", "rerotate"]
+
+
+def _is_static_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _cp_args(world_size, rank, strategy):
+    """Validate; an array rank is checked for dtype only (its value is data)."""
+    if _is_static_int(rank) or isinstance(rank, bool):
+        return check_cp_args(world_size, rank, strategy)
+    world_size, _ = check_cp_args(world_size, 0, strategy)
+    rank = jnp.asarray(rank)
+    if not jnp.issubdtype(rank.dtype, jnp.integer) or rank.ndim:
+        raise TypeError(f"rank must be an int or an integer scalar array, got {rank.dtype} shape {rank.shape}")
+    return world_size, rank
+
+
+def _cu(cu_seqlens):
+    cu = jnp.asarray(cu_seqlens)
+    if not jnp.issubdtype(cu.dtype, jnp.integer) or cu.ndim != 1:
+        raise TypeError(f"cu_seqlens must be a 1-D integer array, got dtype {cu.dtype} shape {cu.shape}")
+    if not is_tracing(cu):
+        check_cu_seqlens(np.asarray(cu))
+    return cu
+
+
+def _total(cu, total) -> int:
+    if is_tracing(cu):
+        if total is None:
+            raise ValueError("total= (the packed row length, a Python int) is required under jax.jit: "
+                             "the output shape cannot depend on cu_seqlens' values")
+        return check_total(total, None)
+    return check_total(total, int(cu[-1]))
+
+
+def _doc(cu, t):
+    """`searchsorted(cu, t, side="right") - 1`: the document of every token index in `t`."""
+    return jnp.searchsorted(cu, t.astype(cu.dtype), side="right").astype(cu.dtype) - 1
+
+
+def document_ids(cu_seqlens, *, total=None):
+    """`[total]` document index of every token (dtype of cu_seqlens); see `posenc_np.document_ids`."""
+    cu = _cu(cu_seqlens)
+    return _doc(cu, jnp.arange(_total(cu, total), dtype=cu.dtype))
+
+
+def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None):
+    """`[total]` positions restarting at `offset` per document; see `posenc_np.positions_from_cu_seqlens`."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"offset={offset!r} must be an integer")
+    cu = _cu(cu_seqlens)
+    t = jnp.arange(_total(cu, total), dtype=cu.dtype)
+    return t - cu[_doc(cu, t)] + jnp.asarray(offset, cu.dtype)
+
+
+def document_mask(cu_seqlens, *, causal=False, total=None):
+    """`[total, total]` bool same-document (causal) mask; see `posenc_np.document_mask`."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r} must be a bool")
+    doc = document_ids(cu_seqlens, total=total)
+    mask = doc[:, None] == doc[None, :]
+    if causal:
+        mask = mask & jnp.tril(jnp.ones_like(mask))
+    return mask
+
+
+def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False):
+    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`."""
+    bias = jnp.asarray(bias)
+    if not jnp.issubdtype(bias.dtype, jnp.floating):
+        raise TypeError(f"bias must be a float array, got {bias.dtype}")
+    if bias.ndim < 2:
+        raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r} must be a bool")
+    cu = _cu(cu_seqlens)
+    indices = []
+    for name, index, size in (("q_index", q_index, bias.shape[-2]), ("k_index", k_index, bias.shape[-1])):
+        index = jnp.arange(size) if index is None else jnp.asarray(index)
+        if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != (size,):
+            raise ValueError(f"{name} must be an integer [{size}] array to match bias {bias.shape}, "
+                             f"got {index.dtype} shape {index.shape}")
+        indices.append(index.astype(cu.dtype))
+    q_idx, k_idx = indices
+    keep = _doc(cu, q_idx)[:, None] == _doc(cu, k_idx)[None, :]
+    if causal:
+        keep = keep & (k_idx[None, :] <= q_idx[:, None])
+    return jnp.where(keep, bias, jnp.asarray(-jnp.inf, bias.dtype))
+
+
+def _local(length, world_size, rank, strategy, i):
+    """Global index (inside one sequence of `length`, an array or int) of local token `i` of `rank`."""
+    if strategy == "contiguous":
+        return rank * (length // world_size) + i
+    if strategy == "striped":
+        return i * world_size + rank
+    c = length // (2 * world_size)
+    return i + c * jnp.where(i < c, rank, 2 * world_size - 2 - rank)
+
+
+def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
+    """`[seq_len // world_size]` int32 global positions of rank `rank`; see `posenc_np.cp_positions`."""
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    seq_len = check_cp_divisible(seq_len, world_size, strategy)
+    i = jnp.arange(seq_len // world_size, dtype=jnp.int32)
+    rank = jnp.asarray(rank, jnp.int32)
+    return _local(seq_len, world_size, rank, strategy, i)
+
+
+def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
+    """`[total // world_size]` packed-row indices rank `rank` holds (in-graph); see `posenc_np.cp_indices`."""
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    cu = _cu(cu_seqlens)
+    if not is_tracing(cu) and _is_static_int(rank):
+        spec_cp_indices(np.asarray(cu), world_size=world_size, rank=int(rank), strategy=strategy)  # validates
+    total = check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
+    local_cu = cu // world_size
+    g = jnp.arange(total // world_size, dtype=cu.dtype)
+    doc = _doc(local_cu, g)
+    length = cu[doc + 1] - cu[doc]
+    return cu[doc] + _local(length, world_size, jnp.asarray(rank, cu.dtype), strategy, g - local_cu[doc])
+
+
+def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=None):
+    """The part of `x` rank `rank` holds along `axis`; see `posenc_np.cp_shard`."""
+    x = jnp.asarray(x)
+    axis = check_axis(axis, x.ndim)
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    if cu_seqlens is None:
+        index = cp_positions(x.shape[axis], world_size=world_size, rank=rank, strategy=strategy)
+    else:
+        index = cp_indices(cu_seqlens, world_size=world_size, rank=rank, strategy=strategy, total=x.shape[axis])
+    return jnp.take(x, index, axis=axis)
+
+
+def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
+    """Reassemble per-rank shards (ranks 0..W-1) into sequence order; see `posenc_np.cp_unshard`."""
+    shards = [jnp.asarray(s) for s in shards]
+    if not shards:
+        raise ValueError("shards must hold one array per rank, got none")
+    if any(s.shape != shards[0].shape for s in shards):
+        raise ValueError(f"shards must all have the same shape, got {[s.shape for s in shards]}")
+    world_size = len(shards)
+    check_cp_args(world_size, 0, strategy)
+    axis = check_axis(axis, shards[0].ndim)
+    joined = jnp.concatenate(shards, axis=axis)
+    length = joined.shape[axis]
+    if cu_seqlens is None:
+        # the order depends on shapes only: a constant index
+        inverse = np.argsort(cp_rank_order(length, world_size, strategy))
+    else:
+        order = jnp.concatenate([cp_indices(cu_seqlens, world_size=world_size, rank=r, strategy=strategy,
+                                            total=length) for r in range(world_size)])
+        # inverse permutation by a scatter: inverse[order[i]] = i
+        inverse = jnp.zeros_like(order).at[order].set(jnp.arange(length, dtype=order.dtype))
+    return jnp.take(joined, inverse, axis=axis)
+
+
+def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, mrope_section=None):
+    """Keys rotated at `p` -> keys rotated at `p + delta`; see `posenc_np.rerotate` (rule and exceptions).
+
+    Computed in float32 (half-precision keys are rotated in float32 and rounded once).
+    """
+    check_rerotate_args(scaling, mrope_section)
+    k = jnp.asarray(k)
+    if not jnp.issubdtype(k.dtype, jnp.floating):
+        raise TypeError(f"k must be a float array, got {k.dtype}")
+    rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
+    scale = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout).attention_scale
+    delta = jnp.asarray(delta)
+    if delta.ndim == 0:
+        delta = jnp.broadcast_to(delta, k.shape[:-1])
+    compute = jnp.promote_types(k.dtype, jnp.float32)
+    out = apply_rope(k.astype(compute), delta, base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
+    if scale != 1.0:  # the shift carries no attention factor: divide apply_rope's back out
+        out = jnp.concatenate([out[..., :rotary_dim] / jnp.asarray(scale, compute), out[..., rotary_dim:]], axis=-1)
+    return out.astype(k.dtype)

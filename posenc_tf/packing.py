@@ -1,0 +1,207 @@
+"""Packed sequences and context parallelism in TensorFlow. The rules and sources: `posenc_np.packing`.
+
+Everything here is index arithmetic on integer tensors (`tf.searchsorted`, `tf.range`, gathers), so
+the results equal the spec exactly, and it runs inside `tf.function(jit_compile=True)`:
+- `cu_seqlens` is a tensor (data): new document boundaries never retrace. The packed row length
+  `total` must be static inside tf.function (pass `total=`, usually `x.shape[0]`); eagerly it is
+  read from `cu_seqlens[-1]` and every value is validated by the spec. In a graph values cannot be
+  read: tokens past `cu_seqlens[-1]` are numbered as one more document, and document lengths that do
+  not split evenly give indices of the wrong tokens; validate in the data loader.
+- `rank` may be an int (validated) or an integer scalar tensor (one graph for every rank, e.g. the
+  replica id under a `tf.distribute` strategy).
+Outputs of the position functions have the integer dtype of `cu_seqlens`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from posenc_np.packing import check_axis, check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args
+from posenc_np.packing import check_total, cp_rank_order
+from posenc_np.packing import cp_indices as spec_cp_indices
+from posenc_np.rope import resolve_rotary_dim, rope_plan
+
+from ._common import as_tensor, is_tracing
+from .rope import apply_rope
+
+__all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "document_bias", "cp_positions",
+           "cp_indices", "cp_shard", "cp_unshard", "rerotate"]
+
+
+def _is_static_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _cp_args(world_size, rank, strategy):
+    """Validate; a tensor rank is checked for dtype only (its value is data)."""
+    if _is_static_int(rank) or isinstance(rank, bool):
+        return check_cp_args(world_size, rank, strategy)
+    world_size, _ = check_cp_args(world_size, 0, strategy)
+    rank = as_tensor(rank)
+    if not rank.dtype.is_integer or rank.shape.rank != 0:
+        raise TypeError(f"rank must be an int or an integer scalar tensor, got {rank.dtype} shape {rank.shape}")
+    return world_size, rank
+
+
+def _cu(cu_seqlens):
+    cu = as_tensor(cu_seqlens)
+    if not cu.dtype.is_integer or cu.shape.rank != 1:
+        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype} shape {cu.shape}")
+    if not is_tracing(cu):
+        check_cu_seqlens(cu.numpy())
+    return cu
+
+
+def _total(cu, total) -> int:
+    if is_tracing(cu):
+        if total is None:
+            raise ValueError("total= (the packed row length, a Python int) is required inside tf.function: "
+                             "the output shape cannot depend on cu_seqlens' values")
+        return check_total(total, None)
+    return check_total(total, int(cu[-1]))
+
+
+def _doc(cu, t):
+    """`searchsorted(cu, t, side="right") - 1`: the document of every token index in `t`."""
+    return tf.searchsorted(cu, tf.cast(t, cu.dtype), side="right", out_type=cu.dtype) - 1
+
+
+def document_ids(cu_seqlens, *, total=None):
+    """`[total]` document index of every token (dtype of cu_seqlens); see `posenc_np.document_ids`."""
+    cu = _cu(cu_seqlens)
+    return _doc(cu, tf.range(_total(cu, total), dtype=cu.dtype))
+
+
+def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None):
+    """`[total]` positions restarting at `offset` per document; see `posenc_np.positions_from_cu_seqlens`."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"offset={offset!r} must be an integer")
+    cu = _cu(cu_seqlens)
+    t = tf.range(_total(cu, total), dtype=cu.dtype)
+    return t - tf.gather(cu, _doc(cu, t)) + tf.cast(offset, cu.dtype)
+
+
+def document_mask(cu_seqlens, *, causal=False, total=None):
+    """`[total, total]` bool same-document (causal) mask; see `posenc_np.document_mask`."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r} must be a bool")
+    doc = document_ids(cu_seqlens, total=total)
+    mask = tf.equal(doc[:, None], doc[None, :])
+    if causal:
+        n = tf.range(tf.shape(doc)[0])
+        mask = tf.logical_and(mask, n[None, :] <= n[:, None])
+    return mask
+
+
+def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False):
+    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`."""
+    bias = as_tensor(bias)
+    if not bias.dtype.is_floating:
+        raise TypeError(f"bias must be a float tensor, got {bias.dtype}")
+    if bias.shape.rank < 2:
+        raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r} must be a bool")
+    cu = _cu(cu_seqlens)
+    indices = []
+    for name, index, size in (("q_index", q_index, bias.shape[-2]), ("k_index", k_index, bias.shape[-1])):
+        index = tf.range(size) if index is None else as_tensor(index)
+        if not index.dtype.is_integer or tuple(index.shape) != (size,):
+            raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias.shape)}, "
+                             f"got {index.dtype} shape {tuple(index.shape)}")
+        indices.append(tf.cast(index, cu.dtype))
+    q_idx, k_idx = indices
+    keep = tf.equal(_doc(cu, q_idx)[:, None], _doc(cu, k_idx)[None, :])
+    if causal:
+        keep = tf.logical_and(keep, k_idx[None, :] <= q_idx[:, None])
+    return tf.where(keep, bias, tf.constant(-np.inf, bias.dtype))
+
+
+def _local(length, world_size, rank, strategy, i):
+    """Global index (inside one sequence of `length`, a tensor or int) of local token `i` of `rank`."""
+    if strategy == "contiguous":
+        return rank * (length // world_size) + i
+    if strategy == "striped":
+        return i * world_size + rank
+    c = length // (2 * world_size)
+    return i + c * tf.where(i < c, rank, 2 * world_size - 2 - rank)
+
+
+def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
+    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    seq_len = check_cp_divisible(seq_len, world_size, strategy)
+    i = tf.range(seq_len // world_size, dtype=tf.int64)
+    return _local(seq_len, world_size, tf.cast(rank, tf.int64), strategy, i)
+
+
+def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
+    """`[total // world_size]` packed-row indices rank `rank` holds (in-graph); see `posenc_np.cp_indices`."""
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    cu = _cu(cu_seqlens)
+    if not is_tracing(cu) and _is_static_int(rank):
+        spec_cp_indices(cu.numpy(), world_size=world_size, rank=int(rank), strategy=strategy)  # validates
+    total = check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
+    local_cu = cu // world_size
+    g = tf.range(total // world_size, dtype=cu.dtype)
+    doc = _doc(local_cu, g)
+    start = tf.gather(cu, doc)
+    length = tf.gather(cu, doc + 1) - start
+    return start + _local(length, world_size, tf.cast(rank, cu.dtype), strategy, g - tf.gather(local_cu, doc))
+
+
+def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=None):
+    """The part of `x` rank `rank` holds along `axis`; see `posenc_np.cp_shard`."""
+    x = as_tensor(x)
+    axis = check_axis(axis, x.shape.rank)
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    if cu_seqlens is None:
+        index = cp_positions(x.shape[axis], world_size=world_size, rank=rank, strategy=strategy)
+    else:
+        index = cp_indices(cu_seqlens, world_size=world_size, rank=rank, strategy=strategy, total=x.shape[axis])
+    return tf.gather(x, index, axis=axis)
+
+
+def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
+    """Reassemble per-rank shards (ranks 0..W-1) into sequence order; see `posenc_np.cp_unshard`."""
+    shards = [as_tensor(s) for s in shards]
+    if not shards:
+        raise ValueError("shards must hold one array per rank, got none")
+    if any(tuple(s.shape) != tuple(shards[0].shape) for s in shards):
+        raise ValueError(f"shards must all have the same shape, got {[tuple(s.shape) for s in shards]}")
+    world_size = len(shards)
+    check_cp_args(world_size, 0, strategy)
+    axis = check_axis(axis, shards[0].shape.rank)
+    joined = tf.concat(shards, axis=axis)
+    length = joined.shape[axis]
+    if cu_seqlens is None:
+        # the order depends on shapes only: a constant index
+        inverse = tf.constant(np.argsort(cp_rank_order(length, world_size, strategy)))
+    else:
+        order = tf.concat([cp_indices(cu_seqlens, world_size=world_size, rank=r, strategy=strategy, total=length)
+                           for r in range(world_size)], axis=0)
+        # inverse permutation by a scatter: inverse[order[i]] = i
+        inverse = tf.scatter_nd(order[:, None], tf.range(length, dtype=order.dtype), tf.shape(order, out_type=order.dtype))
+    return tf.gather(joined, inverse, axis=axis)
+
+
+def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, mrope_section=None):
+    """Keys rotated at `p` -> keys rotated at `p + delta`; see `posenc_np.rerotate` (rule and exceptions).
+
+    Computed in float32 (half-precision keys are rotated in float32 and rounded once).
+    """
+    check_rerotate_args(scaling, mrope_section)
+    k = as_tensor(k)
+    if not k.dtype.is_floating:
+        raise TypeError(f"k must be a float tensor, got {k.dtype}")
+    rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
+    scale = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout).attention_scale
+    delta = as_tensor(delta)
+    if delta.shape.rank == 0:
+        delta = tf.broadcast_to(delta, k.shape[:-1])
+    compute = tf.float64 if k.dtype == tf.float64 else tf.float32
+    out = apply_rope(tf.cast(k, compute), delta, base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
+    if scale != 1.0:  # the shift carries no attention factor: divide apply_rope's back out
+        out = tf.concat([out[..., :rotary_dim] / tf.constant(scale, compute), out[..., rotary_dim:]], axis=-1)
+    return tf.cast(out, k.dtype)

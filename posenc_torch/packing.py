@@ -1,0 +1,217 @@
+"""Packed sequences and context parallelism in PyTorch. The rules and sources: `posenc_np.packing`.
+
+Everything here is index arithmetic on integer tensors (`searchsorted`, `arange`, gathers), so the
+results equal the spec exactly, and it traces under `torch.compile(fullgraph=True)`:
+- `cu_seqlens` is a tensor (data): new document boundaries never recompile. The packed row length
+  `total` must be static under torch.compile (pass `total=`, usually `x.shape[0]`); eagerly it is
+  read from `cu_seqlens[-1]` and every value is validated by the spec. Under torch.compile values
+  cannot be read: tokens past `cu_seqlens[-1]` are numbered as one more document, and document
+  lengths that do not split evenly give indices of the wrong tokens; validate in the data loader.
+- `rank` may be an int (validated) or an integer tensor (`torch.distributed.get_rank()` is an int;
+  a tensor rank lets one compiled graph serve every rank).
+Outputs of the position functions have the integer dtype of `cu_seqlens` (flash-attn and TE use
+int32); `cp_positions` returns int64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc_np.packing import check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args, check_total
+from posenc_np.packing import cp_indices as spec_cp_indices
+from posenc_np.packing import check_axis, cp_rank_order
+from posenc_np.rope import resolve_rotary_dim, rope_plan
+
+from ._common import as_tensor, is_tracing
+from .rope import apply_rope
+
+__all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "document_bias", "cp_positions",
+           "cp_indices", "cp_shard", "cp_unshard", "rerotate"]
+
+
+def _is_static_int(x) -> bool:
+    return not isinstance(x, torch.Tensor)
+
+
+def _cp_args(world_size, rank, strategy):
+    """Validate; a tensor rank is checked for dtype only (its value is data)."""
+    if _is_static_int(rank):
+        return check_cp_args(world_size, rank, strategy)
+    world_size, _ = check_cp_args(world_size, 0, strategy)
+    if rank.is_floating_point() or rank.dtype == torch.bool or rank.ndim:
+        raise TypeError(f"rank must be an int or an integer scalar tensor, got {rank.dtype} shape {tuple(rank.shape)}")
+    return world_size, rank
+
+
+def _cu(cu_seqlens, *, device=None):
+    cu = as_tensor(cu_seqlens, device=device)
+    if cu.is_floating_point() or cu.is_complex() or cu.dtype == torch.bool or cu.ndim != 1:
+        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype} shape {tuple(cu.shape)}")
+    if not is_tracing(cu):
+        check_cu_seqlens(cu.detach().cpu().numpy())
+    return cu
+
+
+def _total(cu, total) -> int:
+    if is_tracing(cu):
+        if total is None:
+            raise ValueError("total= (the packed row length, a Python int) is required under torch.compile: "
+                             "the output shape cannot depend on cu_seqlens' values")
+        return check_total(total, None)
+    return check_total(total, int(cu[-1]))
+
+
+def _doc(cu, t):
+    """`searchsorted(cu, t, side="right") - 1`: the document of every token index in `t`."""
+    return torch.searchsorted(cu, t.to(cu.dtype).contiguous(), right=True) - 1
+
+
+def document_ids(cu_seqlens, *, total=None):
+    """`[total]` document index of every token (dtype of cu_seqlens); see `posenc_np.document_ids`."""
+    cu = _cu(cu_seqlens)
+    total = _total(cu, total)
+    return _doc(cu, torch.arange(total, device=cu.device, dtype=cu.dtype)).to(cu.dtype)
+
+
+def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None):
+    """`[total]` positions restarting at `offset` per document; see `posenc_np.positions_from_cu_seqlens`."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset={offset!r} must be an integer")
+    cu = _cu(cu_seqlens)
+    total = _total(cu, total)
+    t = torch.arange(total, device=cu.device, dtype=cu.dtype)
+    return t - cu[_doc(cu, t)] + offset
+
+
+def document_mask(cu_seqlens, *, causal=False, total=None):
+    """`[total, total]` bool same-document (causal) mask; see `posenc_np.document_mask`."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r} must be a bool")
+    doc = document_ids(cu_seqlens, total=total)
+    mask = doc[:, None] == doc[None, :]
+    if causal:
+        mask = mask & torch.ones_like(mask).tril()
+    return mask
+
+
+def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False):
+    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`."""
+    if not bias.is_floating_point():
+        raise TypeError(f"bias must be a float tensor, got {bias.dtype}")
+    if bias.ndim < 2:
+        raise ValueError(f"bias must be [..., q, k], got shape {tuple(bias.shape)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r} must be a bool")
+    cu = _cu(cu_seqlens, device=bias.device)
+    indices = []
+    for name, index, size in (("q_index", q_index, bias.shape[-2]), ("k_index", k_index, bias.shape[-1])):
+        index = torch.arange(size, device=bias.device) if index is None else as_tensor(index, device=bias.device)
+        if index.is_floating_point() or tuple(index.shape) != (size,):
+            raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias.shape)}, "
+                             f"got {index.dtype} shape {tuple(index.shape)}")
+        indices.append(index.to(cu.dtype))
+    q_idx, k_idx = indices
+    keep = _doc(cu, q_idx)[:, None] == _doc(cu, k_idx)[None, :]
+    if causal:
+        keep = keep & (k_idx[None, :] <= q_idx[:, None])
+    return bias.masked_fill(~keep, float("-inf"))
+
+
+def _local(length, world_size, rank, strategy, i):
+    """Global index (inside one sequence of `length`, a tensor or int) of local token `i` of `rank`."""
+    if strategy == "contiguous":
+        return rank * (length // world_size) + i
+    if strategy == "striped":
+        return i * world_size + rank
+    c = length // (2 * world_size)
+    return i + c * torch.where(i < c, rank, 2 * world_size - 2 - rank)
+
+
+def cp_positions(seq_len, *, world_size, rank, strategy="contiguous", device=None):
+    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    seq_len = check_cp_divisible(seq_len, world_size, strategy)
+    if not _is_static_int(rank):
+        device = rank.device if device is None else device
+    i = torch.arange(seq_len // world_size, device=device, dtype=torch.int64)
+    if strategy == "zigzag" and _is_static_int(rank):
+        rank = torch.tensor(rank, device=device)
+    return _local(seq_len, world_size, rank, strategy, i).to(torch.int64)
+
+
+def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
+    """`[total // world_size]` packed-row indices rank `rank` holds (in-graph); see `posenc_np.cp_indices`."""
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    cu = _cu(cu_seqlens)
+    if not is_tracing(cu) and _is_static_int(rank):
+        spec_cp_indices(cu.detach().cpu().numpy(), world_size=world_size, rank=rank, strategy=strategy)  # validates
+    total = check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
+    local_cu = cu // world_size
+    g = torch.arange(total // world_size, device=cu.device, dtype=cu.dtype)
+    doc = _doc(local_cu, g)
+    start = local_cu[doc]
+    length = cu[doc + 1] - cu[doc]
+    if not _is_static_int(rank):
+        rank = rank.to(cu.dtype)
+    elif strategy == "zigzag":
+        rank = torch.tensor(rank, device=cu.device, dtype=cu.dtype)
+    return cu[doc] + _local(length, world_size, rank, strategy, g - start)
+
+
+def _move(x, axis):
+    return x.movedim(axis, 0)
+
+
+def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=None):
+    """The part of `x` rank `rank` holds along `axis`; see `posenc_np.cp_shard`."""
+    axis = check_axis(axis, x.ndim)
+    world_size, rank = _cp_args(world_size, rank, strategy)
+    if cu_seqlens is None:
+        index = cp_positions(x.shape[axis], world_size=world_size, rank=rank, strategy=strategy, device=x.device)
+    else:
+        index = cp_indices(cu_seqlens, world_size=world_size, rank=rank, strategy=strategy, total=x.shape[axis])
+    return x.index_select(axis, index.to(device=x.device, dtype=torch.int64))
+
+
+def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
+    """Reassemble per-rank shards (ranks 0..W-1) into sequence order; see `posenc_np.cp_unshard`."""
+    shards = list(shards)
+    if not shards:
+        raise ValueError("shards must hold one array per rank, got none")
+    if any(tuple(s.shape) != tuple(shards[0].shape) for s in shards):
+        raise ValueError(f"shards must all have the same shape, got {[tuple(s.shape) for s in shards]}")
+    world_size = len(shards)
+    check_cp_args(world_size, 0, strategy)
+    axis = check_axis(axis, shards[0].ndim)
+    joined = torch.cat(shards, dim=axis)
+    length = joined.shape[axis]
+    if cu_seqlens is None:
+        # the order is static (it depends on shapes only): one constant index
+        order = torch.as_tensor(cp_rank_order(length, world_size, strategy, None), device=joined.device)
+        inverse = torch.argsort(order)
+    else:
+        order = torch.cat([cp_indices(cu_seqlens, world_size=world_size, rank=r, strategy=strategy, total=length)
+                           for r in range(world_size)]).to(device=joined.device, dtype=torch.int64)
+        # inverse permutation by a scatter: inverse[order[i]] = i
+        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(length, device=joined.device))
+    return joined.index_select(axis, inverse)
+
+
+def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, mrope_section=None):
+    """Keys rotated at `p` -> keys rotated at `p + delta`; see `posenc_np.rerotate` (rule and exceptions).
+
+    Computed in float32 (half-precision keys are rotated in float32 and rounded once).
+    """
+    check_rerotate_args(scaling, mrope_section)
+    if not k.is_floating_point():
+        raise TypeError(f"k must be a float tensor, got {k.dtype}")
+    rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
+    scale = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout).attention_scale
+    delta = as_tensor(delta, device=k.device)
+    if delta.ndim == 0:
+        delta = delta.expand(k.shape[:-1])
+    compute = torch.promote_types(k.dtype, torch.float32)
+    out = apply_rope(k.to(compute), delta, base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
+    if scale != 1.0:  # the shift carries no attention factor: divide apply_rope's back out
+        out = torch.cat([out[..., :rotary_dim] / scale, out[..., rotary_dim:]], dim=-1)
+    return out.to(k.dtype)
