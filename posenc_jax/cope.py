@@ -1,0 +1,45 @@
+"""CoPE in JAX / Flax NNX. Spec: `posenc_np.cope`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posenc_np._validate import check_positive_int
+from posenc_np.cope import check_cope_shapes
+
+__all__ = ["cope", "CoPE"]
+
+
+def cope(query, attn_logits, pos_emb):
+    """`[..., q, k]` CoPE position logits in float32, returned in the query's dtype; see `posenc_np.cope`."""
+    query, attn_logits, pos_emb = jnp.asarray(query), jnp.asarray(attn_logits), jnp.asarray(pos_emb)
+    max_pos = check_cope_shapes(query.shape, attn_logits.shape, pos_emb.shape)
+    gates = jax.nn.sigmoid(attn_logits.astype(jnp.float32))
+    positions = jnp.minimum(jnp.flip(jnp.cumsum(jnp.flip(gates, -1), -1), -1), max_pos - 1)
+    logits_int = query.astype(jnp.float32) @ pos_emb.astype(jnp.float32).T
+    lead = jnp.broadcast_shapes(logits_int.shape[:-2], positions.shape[:-2])
+    logits_int = jnp.broadcast_to(logits_int, (*lead, *logits_int.shape[-2:]))
+    positions = jnp.broadcast_to(positions, (*lead, *positions.shape[-2:]))
+    floor = jnp.floor(positions)
+    frac = positions - floor
+    at_floor = jnp.take_along_axis(logits_int, floor.astype(jnp.int32), -1)
+    at_ceil = jnp.take_along_axis(logits_int, jnp.ceil(positions).astype(jnp.int32), -1)
+    return (at_ceil * frac + at_floor * (1.0 - frac)).astype(query.dtype)
+
+
+class CoPE(nnx.Module):
+    """CoPE with a trainable `pos_emb [max_pos, dim]` (`nnx.Param`, zeros at init as x-transformers);
+    called with `(query, attn_logits)`."""
+
+    def __init__(self, dim, max_pos, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32):
+        self.dim, self.max_pos = check_positive_int("dim", dim), check_positive_int("max_pos", max_pos)
+        self.pos_emb = nnx.Param(jnp.zeros((self.max_pos, self.dim), dtype))
+
+    @property
+    def table(self):
+        return self.pos_emb
+
+    def __call__(self, query, attn_logits):
+        return cope(query, attn_logits, self.pos_emb[...])

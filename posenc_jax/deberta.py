@@ -1,0 +1,46 @@
+"""DeBERTa log-bucketed relative positions in JAX. Spec: `posenc_np.make_log_bucket_position`."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from posenc_np._validate import check_integer_positions
+from posenc_np.deberta import check_deberta_args, deberta_log_range
+
+from ._common import is_tracing, position_pair
+
+__all__ = ["make_log_bucket_position", "build_relative_position"]
+
+
+def _log_bucket(relative, bucket_size, max_position):
+    """HF's float32 arithmetic on integer relative positions (the spec's `_log_bucket_float32`)."""
+    mid = bucket_size // 2
+    sign = jnp.sign(relative)
+    abs_pos = jnp.where((relative < mid) & (relative > -mid), mid - 1, jnp.abs(relative))
+    ratio = abs_pos.astype(jnp.float32) / jnp.float32(mid)
+    log_pos = jnp.ceil(jnp.log(ratio) / jnp.float32(deberta_log_range(bucket_size, max_position))
+                       * jnp.float32(mid - 1)) + mid
+    return jnp.where(abs_pos <= mid, relative, log_pos.astype(relative.dtype) * sign)
+
+
+def make_log_bucket_position(relative_pos, bucket_size, max_position):
+    """int32 DeBERTa buckets; see `posenc_np.make_log_bucket_position`."""
+    if not check_deberta_args(bucket_size, max_position):
+        raise ValueError(f"bucket_size={bucket_size} and max_position={max_position} must both be > 0")
+    relative = jnp.asarray(relative_pos)
+    if jnp.issubdtype(relative.dtype, jnp.floating):
+        if is_tracing(relative):
+            raise TypeError(f"relative_pos must be an integer array under jit, got {relative.dtype}")
+        relative = jnp.asarray(check_integer_positions("relative_pos", np.asarray(relative, np.float64)))
+    return _log_bucket(relative, bucket_size, max_position).astype(jnp.int32)
+
+
+def build_relative_position(q_positions, k_positions, *, bucket_size=-1, max_position=-1):
+    """int32 `[..., q, k]` query - key, log-bucketed when both limits are > 0; see the spec."""
+    bucketed = check_deberta_args(bucket_size, max_position)
+    q, k = position_pair(q_positions, k_positions, integer=True)
+    relative = q[..., :, None] - k[..., None, :]
+    if bucketed:
+        relative = _log_bucket(relative, bucket_size, max_position)
+    return relative.astype(jnp.int32)

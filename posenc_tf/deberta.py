@@ -1,0 +1,44 @@
+"""DeBERTa log-bucketed relative positions in TensorFlow. Spec: `posenc_np.make_log_bucket_position`."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from posenc_np._validate import check_integer_positions
+from posenc_np.deberta import check_deberta_args, deberta_log_range
+
+from ._common import as_tensor, is_tracing, position_pair
+
+__all__ = ["make_log_bucket_position", "build_relative_position"]
+
+
+def _log_bucket(relative, bucket_size, max_position):
+    """HF's float32 arithmetic on int64 relative positions (the spec's `_log_bucket_float32`)."""
+    mid = bucket_size // 2
+    sign = tf.sign(relative)
+    abs_pos = tf.where((relative < mid) & (relative > -mid), tf.cast(mid - 1, relative.dtype), tf.abs(relative))
+    ratio = tf.cast(abs_pos, tf.float32) / float(mid)
+    log_pos = tf.math.ceil(tf.math.log(ratio) / deberta_log_range(bucket_size, max_position) * float(mid - 1)) + mid
+    return tf.where(abs_pos <= mid, relative, tf.cast(log_pos, tf.int64) * sign)
+
+
+def make_log_bucket_position(relative_pos, bucket_size, max_position):
+    """int32 DeBERTa buckets; see `posenc_np.make_log_bucket_position`."""
+    if not check_deberta_args(bucket_size, max_position):
+        raise ValueError(f"bucket_size={bucket_size} and max_position={max_position} must both be > 0")
+    relative = as_tensor(relative_pos)
+    if relative.dtype.is_floating:
+        if is_tracing(relative):
+            raise TypeError(f"relative_pos must be an integer tensor inside tf.function, got {relative.dtype.name}")
+        relative = tf.constant(check_integer_positions("relative_pos", tf.cast(relative, tf.float64).numpy()))
+    return tf.cast(_log_bucket(tf.cast(relative, tf.int64), bucket_size, max_position), tf.int32)
+
+
+def build_relative_position(q_positions, k_positions, *, bucket_size=-1, max_position=-1):
+    """int32 `[..., q, k]` query - key, log-bucketed when both limits are > 0; see the spec."""
+    bucketed = check_deberta_args(bucket_size, max_position)
+    q, k = position_pair(q_positions, k_positions, integer=True)
+    relative = q[..., :, None] - k[..., None, :]
+    if bucketed:
+        relative = _log_bucket(relative, bucket_size, max_position)
+    return tf.cast(relative, tf.int32)
