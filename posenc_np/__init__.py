@@ -18,6 +18,14 @@ from .temperature import llama4_attn_scale
 from .sinusoidal import sinusoidal, sinusoid_inv_freq
 from .t5 import t5_bias, t5_bucket
 from .testing import tolerance
+# research encodings (issue 17)
+from .cope import cope
+from .deberta import build_relative_position, make_log_bucket_position
+from .dynamic import dynamic_position_encoding, nope
+from .fire import fire_bias
+from .kerple import kerple_bias, sandwich_bias
+from .randomized import randomized_positions, sample_randomized_positions
+from .xpos import apply_xpos, xpos_scale
 
 __version__ = "0.1.0"
 
@@ -56,4 +64,16 @@ __all__ = [
     "sinusoidal",
     "sinusoid_inv_freq",
     "tolerance",
+    "apply_xpos",
+    "build_relative_position",
+    "cope",
+    "dynamic_position_encoding",
+    "fire_bias",
+    "kerple_bias",
+    "make_log_bucket_position",
+    "nope",
+    "randomized_positions",
+    "sample_randomized_positions",
+    "sandwich_bias",
+    "xpos_scale",
 ]

@@ -32,6 +32,17 @@ FAMILY_OF_ENCODING = {
     "cp_shard": "packing",
     "cp_unshard": "packing",
     "rerotate": "packing",
+    # research encodings (issue 17)
+    "dynamic_position_encoding": "dynamic",
+    "nope": "nope",
+    "apply_xpos": "xpos",
+    "kerple_bias": "kerple",
+    "sandwich_bias": "sandwich",
+    "fire_bias": "fire",
+    "cope": "cope",
+    "randomized_positions": "randomized",
+    "make_log_bucket_position": "deberta",
+    "build_relative_position": "deberta",
 }
 
 
@@ -157,6 +168,36 @@ _ALL = [
         notes="distance = query - key, index distance + max_pos - 1 of a [2*max_pos - 1, head_dim] table, no "
               "clipping. Reversing the rows (table[::-1]) gives the Shaw table with k = max_pos - 1.",
     ),
+]
+
+_ALL += [
+    # --- research encodings (issue 17; pe-conventions.md section 7, landscape 1.5) ---
+    Convention("nope", "nope", {}, source="Kazemnejad et al. 2023 (arXiv:2305.19466); HF Llama4 no_rope_layers",
+               notes="No positional encoding; the causal mask is the only positional signal."),
+    Convention("dynamic-linear", "dynamic_position_encoding", {"layout": "interleaved", "denominator": "dim"},
+               source="the project documents' dynamic position-aware encoding: nn.Linear(d, d) over the sinusoid",
+               notes="weight is [out, in] (torch); Keras Dense / Flax nnx.Linear kernel = weight.T."),
+    Convention("xpos-x-transformers", "apply_xpos", {"layout": "interleaved", "scale_base": 512.0, "gamma": 0.4},
+               source="Sun et al. 2022 (arXiv:2212.10554); lucidrains/x-transformers RotaryEmbedding(use_xpos=True)",
+               notes="x-transformers centres the exponent at max_pos // 2 (center=); q scaled, k inverse-scaled."),
+    Convention("kerple-log", "kerple_bias", {"kernel": "log"},
+               source="Chi et al. 2022 (arXiv:2205.09921); chijames/KERPLE", notes="-r1 ln(1 + r2 |i - j|)."),
+    Convention("kerple-power", "kerple_bias", {"kernel": "power"},
+               source="Chi et al. 2022 (arXiv:2205.09921); chijames/KERPLE", notes="-r1 |i - j|**r2, 0 < r2 <= 2."),
+    Convention("sandwich", "sandwich_bias", {"base": 10000.0},
+               source="Chi et al. 2023 (arXiv:2212.10356); NeMo sandwich_relative_position_embedding.py",
+               notes="frequencies from t = 1; head scale H / (8 h)."),
+    Convention("fire", "fire_bias", {"eps": 1e-6},
+               source="Li et al. 2023 (arXiv:2310.04418); mcleish7/arithmetic cramming/architectures/embeddings.py",
+               notes="MLP 1 -> 32 -> H, c init 0.1, L = L_multiplier * 512."),
+    Convention("cope", "cope", {}, source="Golovneva et al. 2024 (arXiv:2405.18719); x-transformers CoPE",
+               notes="gates sigmoid(q.k), reverse cumsum over keys clipped at max_pos - 1, interpolated."),
+    Convention("ruoss-randomized", "randomized_positions", {},
+               source="Ruoss et al. 2023 (arXiv:2305.16843); google-deepmind/randomized_positional_encodings",
+               notes="train on a sorted random subset of 0 .. max_len - 1; test on arange."),
+    Convention("deberta-v3", "build_relative_position", {"bucket_size": 256, "max_position": 512},
+               source="HF models/deberta_v2/modeling_deberta_v2.py build_relative_position / make_log_bucket_position",
+               notes="relative = query - key (opposite of T5/Shaw); log buckets beyond bucket_size // 2."),
 ]
 
 conventions = MappingProxyType({c.name: c for c in _ALL})
