@@ -8,6 +8,7 @@ from .alibi import alibi_bias, alibi_slopes
 from .attention import attention
 from .conventions import Convention, conventions
 from .learned import learned, resize_table, resize_weights
+from .mrope import mrope_position_ids
 from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_bias, document_ids, document_mask,
                       positions_from_cu_seqlens, rerotate)
 from .relative import relative_embeddings
@@ -45,6 +46,7 @@ __all__ = [
     "rope_frequencies",
     "rope_permutation",
     "scaling_from_hf_config",
+    "mrope_position_ids",
     "rope_schedule_from_hf_config",
     "apply_mla_rope",
     "mla_rope_permutation",

@@ -132,6 +132,60 @@ _ALL = [
         source="HF models/gpt_neox/modeling_gpt_neox.py (3.5)",
         notes="rotary_ndims = int(head_size * rotary_pct); fused query_key_value is laid out per head.",
     ),
+    # --- rotary over several axes (docs/conventions.md "Multi-axis RoPE"); positions [A, ..., seq] ---
+    Convention(
+        "qwen2-vl", "apply_rope", {"layout": "half", "base": 1000000.0, "mrope_section": (16, 24, 24)},
+        source="HF models/qwen2_vl/modeling_qwen2_vl.py Qwen2VLRotaryEmbedding.recomposition_frequencies; "
+               "models/qwen2_5_vl/modeling_qwen2_5_vl.py (transformers 5.24); Wang et al. 2024 arXiv:2409.12191",
+        notes="M-RoPE, head_dim 128: positions [3, batch, seq] (temporal, height, width); pairs 0-15 take time, "
+              "16-39 height, 40-63 width, in both halves (HF's old code repeats the list: mrope_section * 2). "
+              "Qwen2.5-VL uses the same rotation; its position ids (mrope_position_ids) space video frames by "
+              "tokens_per_second * second_per_grid_ts. Text tokens carry the same id on all three axes.",
+        extra={"head_dim": 128, "axes": ("temporal", "height", "width")},
+    ),
+    Convention(
+        "qwen3-vl", "apply_rope", {"layout": "half", "base": 500000.0, "mrope_section": (24, 20, 20),
+                                   "mrope_interleaved": True},
+        source="HF models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLTextRotaryEmbedding.recomposition_frequencies "
+               "(transformers 5.24)",
+        notes="Interleaved M-RoPE, head_dim 128: pair j takes height when j % 3 == 1 and j < 60, width when "
+              "j % 3 == 2 and j < 60, time otherwise (pairs 0, 3, ..., 57 and 60-63). HF always interleaves, "
+              "whatever mrope_interleaved says; llama.cpp calls it IMROPE.",
+        extra={"head_dim": 128, "axes": ("temporal", "height", "width")},
+    ),
+    Convention(
+        "qwen2-vl-vision", "apply_rope", {"layout": "half", "base": 10000.0, "mrope_section": 2,
+                                          "mrope_frequencies": "per-axis"},
+        source="HF models/qwen2_vl/modeling_qwen2_vl.py Qwen2VLVisionRotaryEmbedding (compute_axial_rope_parameters "
+               "with dim = head_dim // 2), vision_utils.get_vision_position_ids (transformers 5.24)",
+        notes="Vision tower 2-D RoPE, positions [2, ..., seq] = (row, column) of each patch: pairs 0..d/4-1 take "
+              "the row, d/4..d/2-1 the column, each axis turning with base**(-2k/(d/2)) (its own 1-D set of width "
+              "d/2). HF orders the patches in spatial_merge_size x spatial_merge_size windows first: the ids "
+              "are permuted, the rotation is not. Qwen2.5-VL and Qwen3-VL vision towers use the same. Needs "
+              "head_dim % 4 == 0 (as HF).",
+        extra={"axes": ("height", "width")},
+    ),
+    Convention(
+        "pixtral", "apply_rope", {"layout": "half", "base": 10000.0, "mrope_section": 2,
+                                  "mrope_frequencies": "strided"},
+        source="HF models/pixtral/modeling_pixtral.py PixtralVisionRotaryEmbedding (transformers 5.24); "
+               "mistral-inference rope.py precompute_freqs_cis_2d",
+        notes="Vision encoder 2-D RoPE, positions [2, ..., seq] = (row, column): the 1-D frequencies of the whole "
+              "head, the even ones (0, 2, 4, ...) for the row on pairs 0..d/4-1 and the odd ones for the column on "
+              "the rest (HF: cat(inv_freq[0::2], inv_freq[1::2])).",
+        extra={"axes": ("height", "width")},
+    ),
+    Convention(
+        "flux", "apply_rope", {"layout": "interleaved", "base": 10000.0, "mrope_section": (8, 28, 28),
+                               "mrope_frequencies": "per-axis"},
+        source="diffusers models/transformers/transformer_flux.py FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56)), "
+               "models/embeddings.py get_1d_rotary_pos_embed(repeat_interleave_real=True) (diffusers 0.42)",
+        notes="3-axis image RoPE of FLUX.1, head_dim 128, positions [3, ..., seq] = the ids' columns (0 for "
+              "image tokens / text index, row, column): channels 0-15 are a 1-D RoPE of width 16 over axis 0, "
+              "16-71 width 56 over the row, 72-127 width 56 over the column; pairs (2j, 2j+1). diffusers forms the "
+              "frequencies in float64 except on MPS/NPU (float32).",
+        extra={"head_dim": 128, "axes": ("index", "height", "width"), "axes_dim": (16, 56, 56)},
+    ),
     # --- ALiBi (section 4) ---
     Convention(
         "press-alibi", "alibi_bias", {"form": "causal"},

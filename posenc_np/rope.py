@@ -19,6 +19,7 @@ import numpy as np
 
 from ._dtypes import dtype_name, spec_output_dtype
 from ._validate import check_choice, check_even_dim, check_integer_positions, check_positive_float
+from .mrope import MROPE_FREQUENCIES, check_mrope_positions, mrope_axis_of_pair, mrope_frequency_order, resolve_mrope_section
 from .scaling import SCALING_TYPES, dynamic_growth, resolve_scaling
 
 __all__ = [
@@ -98,6 +99,10 @@ class RopePlan:
         factor: dynamic NTK's factor, else None.
         dynamic_exponent: float64 `[r/2]`, `-2j / (r - 2)`: dynamic NTK frequencies are
             `turns * g ** dynamic_exponent` with `g = dynamic_growth(seq_len, factor, original)`.
+        axis_of_pair: multi-axis RoPE (`mrope_section`): int64 `[r/2]`, the position axis pair `j` takes
+            its angle from (`posenc_np.mrope`); `turns`, `turns_long` and `dynamic_exponent` are then in
+            pair order already (shared, per-axis or strided frequencies). None for 1-D RoPE.
+        mrope_section: the resolved pairs per axis (a tuple), None for 1-D RoPE.
     """
 
     rotary_dim: int
@@ -109,6 +114,13 @@ class RopePlan:
     original: int | None = None
     factor: float | None = None
     dynamic_exponent: np.ndarray | None = None
+    axis_of_pair: np.ndarray | None = None
+    mrope_section: tuple | None = None
+
+    @property
+    def num_axes(self) -> int | None:
+        """The size of the positions' leading axis for multi-axis RoPE, None for 1-D RoPE."""
+        return None if self.mrope_section is None else len(self.mrope_section)
 
     def turns_at(self, seq_len) -> np.ndarray:
         """The frequencies (in turns) for a sequence of `seq_len` positions (float64, NumPy)."""
@@ -119,8 +131,21 @@ class RopePlan:
         return self.turns
 
 
-def rope_plan(rotary_dim, *, base=10000.0, scaling=None, layout="half") -> RopePlan:
-    """Validate RoPE parameters and compute the position-independent numbers (see `RopePlan`)."""
+def rope_plan(rotary_dim, *, base=10000.0, scaling=None, layout="half", mrope_section=None,
+              mrope_interleaved=False, mrope_frequencies="shared") -> RopePlan:
+    """Validate RoPE parameters and compute the position-independent numbers (see `RopePlan`).
+
+    With `mrope_section`, the pair -> axis map and the pair -> frequency map of `posenc_np.mrope`
+    are folded in: `turns` is permuted (`"strided"`) or assembled from one 1-D plan of width `2 * s_a`
+    per axis (`"per-axis"`, whose scaled kind, original length, factor and attention scale must agree).
+    """
+    if mrope_section is not None:
+        return _multi_axis_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
+                                mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+    if mrope_frequencies != "shared" or mrope_interleaved:
+        check_choice("mrope_frequencies", mrope_frequencies, MROPE_FREQUENCIES)
+        raise ValueError(f"mrope_interleaved={mrope_interleaved!r}, mrope_frequencies={mrope_frequencies!r} "
+                         "need mrope_section (the pairs per position axis)")
     rotary_dim = check_even_dim("rotary_dim", rotary_dim)
     base = check_positive_float("base", base)
     check_choice("layout", layout, ROPE_LAYOUTS)
@@ -136,6 +161,47 @@ def rope_plan(rotary_dim, *, base=10000.0, scaling=None, layout="half") -> RopeP
         fields.update(kind="dynamic", original=params["original_max_position_embeddings"], factor=params["factor"],
                       dynamic_exponent=-np.arange(0, rotary_dim, 2, dtype=np.float64) / (rotary_dim - 2))
     return RopePlan(**fields)
+
+
+def _multi_axis_plan(rotary_dim, *, base, scaling, layout, mrope_section, mrope_interleaved, mrope_frequencies):
+    rotary_dim = check_even_dim("rotary_dim", rotary_dim)
+    if not isinstance(mrope_interleaved, (bool, np.bool_)):
+        raise TypeError(f"mrope_interleaved={mrope_interleaved!r} must be a bool")
+    section = resolve_mrope_section(mrope_section, rotary_dim)
+    axis = mrope_axis_of_pair(section, bool(mrope_interleaved))
+    order = mrope_frequency_order(section, axis, mrope_frequencies)
+    if mrope_frequencies != "per-axis":
+        plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+        perm = np.arange(rotary_dim // 2) if order is None else order
+        pick = (lambda v: None if v is None else v[perm])
+        return RopePlan(rotary_dim=rotary_dim, layout=layout, attention_scale=plan.attention_scale, kind=plan.kind,
+                        turns=plan.turns[perm], turns_long=pick(plan.turns_long), original=plan.original,
+                        factor=plan.factor, dynamic_exponent=pick(plan.dynamic_exponent), axis_of_pair=axis,
+                        mrope_section=section)
+    if np.bincount(axis, minlength=len(section)).tolist() != list(section):
+        raise ValueError(f"mrope_frequencies='per-axis' needs every axis to get its mrope_section={list(section)} "
+                         f"pairs; the interleaved map gives {np.bincount(axis, minlength=len(section)).tolist()}")
+    plans = [rope_plan(2 * s, base=base, scaling=scaling, layout=layout) for s in section]
+    first = plans[0]
+    for p in plans[1:]:
+        if (p.kind, p.original, p.factor, p.attention_scale) != (first.kind, first.original, first.factor,
+                                                                  first.attention_scale):
+            raise ValueError(f"scaling={scaling!r} gives the axes of mrope_section={list(section)} different "
+                             "attention scales: not supported with mrope_frequencies='per-axis'")
+
+    def assemble(field):
+        values = [getattr(p, field) for p in plans]
+        if values[0] is None:
+            return None
+        out = np.empty(rotary_dim // 2, dtype=np.float64)
+        for a, v in enumerate(values):
+            out[axis == a] = v  # the k-th pair of axis a turns with that axis's k-th frequency
+        return out
+
+    return RopePlan(rotary_dim=rotary_dim, layout=layout, attention_scale=first.attention_scale, kind=first.kind,
+                    turns=assemble("turns"), turns_long=assemble("turns_long"), original=first.original,
+                    factor=first.factor, dynamic_exponent=assemble("dynamic_exponent"), axis_of_pair=axis,
+                    mrope_section=section)
 
 
 def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
@@ -174,9 +240,17 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
 
 def _angles(positions, plan: RopePlan) -> np.ndarray:
-    """`[*positions.shape, r/2]` float64 angles, with `seq_len = max(positions) + 1`."""
+    """`[*positions.shape, r/2]` float64 angles, with `seq_len = max(positions) + 1`.
+
+    Multi-axis plans take `positions [A, ...]` and return `[..., r/2]`: pair `j` reads axis
+    `axis_of_pair[j]` (the sequence length is the largest position over every axis, as HF's
+    `dynamic_rope_update` takes `max(position_ids)` over all three streams).
+    """
     seq_len = int(positions.max()) + 1 if positions.size else None
     inv_freq = plan.turns_at(seq_len) * (2 * math.pi)
+    if plan.axis_of_pair is not None:
+        per_pair = np.moveaxis(positions, 0, -1)[..., plan.axis_of_pair]
+        return per_pair.astype(np.float64) * inv_freq
     return positions.astype(np.float64)[..., None] * inv_freq
 
 
@@ -188,7 +262,7 @@ def _expand(half, layout):
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
-                 head_dim=None, dtype=None):
+                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
     """The cos and sin tables of RoPE, attention scale folded in (as Hugging Face transformers does).
 
     Formula: `t_j = p * inv_j(seq_len)`, `cos = a * cos(t)`, `sin = a * sin(t)` (a = attention_scale),
@@ -201,22 +275,36 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
         base, scaling: see `rope_frequencies`; `seq_len = max(positions) + 1`.
         layout: "half" or "interleaved".
         dtype: output dtype (float64 when None).
+        mrope_section, mrope_interleaved, mrope_frequencies: multi-axis RoPE, as in `apply_rope`; the
+            positions' leading axis (one per axis of the section) is consumed.
 
     Returns:
-        `(cos, sin)`, each `[*positions.shape, rotary_dim]`.
+        `(cos, sin)`, each `[*positions.shape, rotary_dim]`; with `mrope_section`,
+        `[*positions.shape[1:], rotary_dim]` (HF Qwen2-VL: `position_ids [3, batch, seq]` ->
+        `[batch, seq, head_dim]`).
 
     Raises:
-        ValueError: as `rope_frequencies`; non-integer positions; bad `rotary_dim`/`rotary_pct`.
+        ValueError: as `rope_frequencies`; non-integer positions; bad `rotary_dim`/`rotary_pct`; a bad
+            `mrope_section` or positions without its leading axis.
+
+    Example:
+        >>> cos, sin = rope_cos_sin(np.zeros((3, 2, 5), int), 8, mrope_section=[2, 1, 1]); cos.shape
+        (2, 5, 8)
     """
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
-    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
-    angles = _angles(check_integer_positions("positions", positions), plan)
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
+                     mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+    positions = check_integer_positions("positions", positions)
+    if plan.num_axes is not None:
+        check_mrope_positions(positions.shape, plan.num_axes)
+    angles = _angles(positions, plan)
     out = spec_output_dtype(dtype)
     scale = plan.attention_scale
     return (_expand(scale * np.cos(angles), layout).astype(out), _expand(scale * np.sin(angles), layout).astype(out))
 
 
-def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
     """Rotate the first `rotary_dim` channels of `x` by position-dependent angles.
 
     Formula: each pair `(a, b)` is rotated by `t_j = p * inv_j`:
@@ -224,6 +312,15 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     `layout="half"` pairs channel `j` with `j + r/2` (GPT-NeoX, HF Llama `rotate_half`: conventions
     "hf-llama", "gpt-neox"); `layout="interleaved"` pairs `2j` with `2j+1` (Meta Llama complex form,
     GPT-J, RoFormer: "meta-llama", "gptj"). Channels `r..dim` pass through unchanged.
+
+    Multi-axis RoPE (`mrope_section`; `posenc_np.mrope` has the maps): positions carry a leading axis
+    with one position per axis, `positions [A, ...]` (HF `position_ids [3, batch, seq]`: temporal,
+    height, width), and pair `j` turns by `t_j = positions[a(j)] * inv(j)`: the axis `a(j)` from the
+    section (contiguous blocks, Qwen2-VL / Qwen2.5-VL; `mrope_interleaved=True`: Qwen3-VL's stride-A
+    interleave), the frequency `inv(j)` its 1-D one (`mrope_frequencies="shared"`, M-RoPE), the 1-D
+    frequencies of each axis's own width (`"per-axis"`: Qwen2-VL vision tower, FLUX) or the 1-D
+    frequencies `a, a + A, ...` (`"strided"`: Pixtral). Equal positions on every axis with shared
+    frequencies give plain 1-D RoPE. Conventions "qwen2-vl-vision", "pixtral", "flux".
 
     Args:
         x: `[..., dim]` float array (float16 / bfloat16 accepted: computed in float64, returned in
@@ -236,13 +333,19 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
         layout: "half" or "interleaved".
         rotary_dim: rotated width (default: all of `dim`); exclusive with `rotary_pct`
             (`rotary_dim = int(dim * rotary_pct)`, GPT-NeoX's `rotary_pct`).
+        mrope_section: None (1-D RoPE), the pairs per position axis summing to `rotary_dim // 2` (the HF
+            config key, e.g. `[16, 24, 24]`), or a number of axes sharing the pairs evenly (vision towers).
+            `positions` is then `[A, ...]` and `positions[0]` broadcasts against `x.shape[:-1]`.
+        mrope_interleaved: Qwen3-VL's interleaved pair -> axis map instead of contiguous blocks.
+        mrope_frequencies: "shared", "per-axis" or "strided" (see above).
 
     Returns:
         Array like `x` (shape and dtype).
 
     Raises:
         ValueError: odd or too large `rotary_dim`, unknown layout or scaling, bad scaling keys,
-            non-integer positions, positions that do not broadcast.
+            non-integer positions, positions that do not broadcast, a section that does not sum to
+            `rotary_dim // 2`, multi-axis positions without the leading axis of the section's size.
 
     Reference:
         Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021,
@@ -252,14 +355,21 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     Example:
         >>> apply_rope(np.array([[1.0, 0.0]]), np.array([1])).round(4).tolist()
         [[0.5403, 0.8415]]
+        >>> apply_rope(np.ones((1, 4)), np.array([[3], [0]]), mrope_section=[1, 1]).round(4).tolist()
+        [[-1.1311, 1.0, -0.8489, 1.0]]
     """
     x = np.asarray(x)
     out_dtype = x.dtype
     dtype_name(out_dtype)  # raises for non-float inputs
     positions = check_integer_positions("positions", positions)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
-    check_rope_shapes(x.shape, positions.shape)
-    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
+                     mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+    if plan.num_axes is not None:
+        check_mrope_positions(positions.shape, plan.num_axes)
+        check_rope_shapes(x.shape, positions.shape[1:])
+    else:
+        check_rope_shapes(x.shape, positions.shape)
     angles = _angles(positions, plan)
     cos, sin = np.cos(angles) * plan.attention_scale, np.sin(angles) * plan.attention_scale
     x64 = x.astype(np.float64)
@@ -358,12 +468,23 @@ def scaling_from_hf_config(config) -> dict:
     `original_max_position_embeddings` first (Phi-3), then the dict's, then `max_position_embeddings`;
     a missing `factor` of `yarn`/`longrope` becomes `max_position_embeddings / original`.
 
+    Multi-axis (vision-language) configs: a config whose RoPE keys live in `text_config` (Qwen2-VL,
+    Qwen2.5-VL, Qwen3-VL) is read there; `mrope_section` and `mrope_interleaved` are returned as keys of
+    their own (the old `"type": "mrope"` means `default`). When the config omits the section, the
+    defaults of the model code apply (transformers 5.24: `[16, 24, 24]` for `qwen2_vl` / `qwen2_5_vl`,
+    `[24, 20, 20]` for `qwen3_vl`), and `qwen3_vl*` always interleaves: its rotary embedding never reads
+    `mrope_interleaved`.
+
     Raises:
         ValueError: unreadable file, missing head sizes, per-layer (nested) RoPE parameters.
     """
     config = _load_config(config)
+    if isinstance(config.get("text_config"), dict) and not (config.get("rope_parameters") or config.get("rope_scaling")):
+        config = {**config["text_config"], "model_type": config["text_config"].get("model_type") or
+                  config.get("model_type")}
     params = config.get("rope_parameters") or config.get("rope_scaling") or {}
     params = dict(params)
+    mrope = _mrope_from_config(config, params)
     if params and all(isinstance(v, dict) or v is None for v in params.values()):
         raise ValueError(f"per-layer rope_parameters ({sorted(params)}) are not supported: pass one layer "
                          "type's dict to apply_rope")
@@ -381,6 +502,8 @@ def scaling_from_hf_config(config) -> dict:
         rotary_dim = int(head_dim * (fraction or 1.0))
     kind = params.pop("type", None) or params.pop("rope_type", None) or "default"
     params.pop("type", None)
+    if kind == "mrope":  # transformers v4 configs of Qwen2-VL: M-RoPE over default frequencies
+        kind = "default"
     max_pos = config.get("max_position_embeddings")
     if kind == "dynamic":  # HF ignores any dict value here and reads the top-level length
         params["original_max_position_embeddings"] = max_pos
@@ -393,7 +516,28 @@ def scaling_from_hf_config(config) -> dict:
     scaling = None if kind == "default" and not params else {"rope_type": kind, **params}
     if scaling is not None and kind in SCALING_TYPES:
         resolve_scaling(scaling, rotary_dim=rotary_dim, base=float(base))  # fail here, not at first use
-    return dict(base=float(base), rotary_dim=rotary_dim, scaling=scaling)
+    return dict(base=float(base), rotary_dim=rotary_dim, scaling=scaling, **mrope)
+
+
+#: model_type prefix -> (mrope_section when the config omits it, always interleaved), transformers 5.24.
+_MROPE_MODEL_DEFAULTS = {"qwen2_vl": ([16, 24, 24], False), "qwen2_5_vl": ([16, 24, 24], False),
+                         "qwen3_vl": ([24, 20, 20], True)}
+
+
+def _mrope_from_config(config, params) -> dict:
+    """Pop `mrope_section` / `mrope_interleaved` out of the RoPE dict into keys of their own."""
+    section = params.pop("mrope_section", None)
+    interleaved = params.pop("mrope_interleaved", None)
+    model_type = str(config.get("model_type") or "")
+    default = next((v for k, v in _MROPE_MODEL_DEFAULTS.items() if model_type.startswith(k)), None)
+    if section is None and default is not None:
+        section = default[0]
+    if section is None:
+        if interleaved:
+            raise ValueError("config sets mrope_interleaved but has no mrope_section")
+        return {}
+    forced = default is not None and default[1]
+    return dict(mrope_section=[int(s) for s in section], mrope_interleaved=bool(interleaved) or forced)
 
 
 

@@ -1,0 +1,289 @@
+"""Rotary over several position axes (M-RoPE, 2-D vision RoPE, 3-axis diffusion RoPE): the specification.
+
+A multi-axis RoPE gives every token one position per axis (`positions [A, ..., seq]`: temporal, height,
+width for Qwen-VL text; row, column for a vision tower; FLUX's (index, row, column)). The rotation is
+1-D RoPE's pair rotation; what changes is, for each pair `j` of the `r/2` rotated pairs,
+
+* which axis `a(j)` it takes its position from (`mrope_section`, `mrope_interleaved`), and
+* which inverse frequency `inv(j)` it turns with (`mrope_frequencies`):
+
+so its angle is `t_j = positions[a(j)] * inv(j)`. `posenc_np.rope.apply_rope` / `rope_cos_sin` take
+these keywords; this module holds their validation, the pair -> axis and pair -> frequency maps, and
+`mrope_position_ids` (Qwen2.5-VL's position ids for a text/image/video sequence).
+
+Pair -> axis (`section = (s_0, ..., s_{A-1})`, pairs per axis, `sum = r/2`):
+
+* contiguous (Qwen2-VL, Qwen2.5-VL; transformers 5.24 `Qwen2VLRotaryEmbedding.recomposition_frequencies`:
+  `freq.split(mrope_section)`, chunk `i` takes stream `i % 3`): pairs `[0, s_0)` take axis 0, the next `s_1`
+  axis 1, ... In the half layout the two channels of pair `j` are `j` and `j + r/2`, which is why HF's older
+  `apply_multimodal_rotary_pos_emb` repeats the *list* (`mrope_section * 2` = `[16, 24, 24, 16, 24, 24]`)
+  over the `r` channels.
+* interleaved (`mrope_interleaved=True`, Qwen3-VL; transformers 5.24 `Qwen3VLTextRotaryEmbedding`): pair `j`
+  takes axis `a = j % A` when `a > 0` and `j < A * s_a`, axis 0 otherwise (for A = 3: height on
+  `slice(1, 3 * s_h, 3)`, width on `slice(2, 3 * s_w, 3)`, time elsewhere). Axis `a > 0` gets `s_a` pairs
+  when `A * s_a - a <= r/2` (every released config: `[24, 20, 20]`); otherwise fewer, exactly as HF's slices.
+
+Pair -> frequency (`k` = rank of pair `j` among the pairs of its axis):
+
+* `"shared"` (M-RoPE): pair `j` keeps its 1-D frequency `inv_j` (all the scaling types apply unchanged).
+* `"per-axis"` (Qwen2-VL / Qwen2.5-VL vision tower `Qwen2VLVisionRotaryEmbedding.compute_axial_rope_parameters`
+  with `dim = head_dim // 2`; diffusers `FluxPosEmbed` / `get_1d_rotary_pos_embed` with `axes_dim = 2 * s`): each
+  axis is a 1-D RoPE of its own width `2 * s_a`: `inv = base ** (-2k / (2 s_a))` (the scaling applies per
+  axis, with `rotary_dim = 2 * s_a`).
+* `"strided"` (Pixtral, transformers 5.24 `PixtralVisionRotaryEmbedding`: `cat(inv_freq[0::2], inv_freq[1::2])`
+  split in two): axis `a` takes the 1-D frequencies `a, a + A, a + 2A, ...` (height the even, width the
+  odd ones for A = 2); needs `s_a = ceil((r/2 - a) / A)`.
+
+`mrope_section` may also be an integer `A`: the `r/2` pairs are shared evenly by `A` axes, the first
+`(r/2) % A` axes taking one more (`torch.chunk`'s split for A = 2): the vision towers size their two halves
+from the head dim this way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+
+import numpy as np
+
+from ._validate import check_choice, check_positive_int
+
+__all__ = [
+    "MROPE_FREQUENCIES",
+    "resolve_mrope_section",
+    "mrope_axis_of_pair",
+    "mrope_frequency_order",
+    "mrope_channel_axes",
+    "check_mrope_positions",
+    "mrope_position_ids",
+]
+
+MROPE_FREQUENCIES = ("shared", "per-axis", "strided")
+
+
+def resolve_mrope_section(mrope_section, rotary_dim: int) -> tuple:
+    """The pairs per axis as a tuple of ints summing to `rotary_dim // 2`.
+
+    Args:
+        mrope_section: a sequence of positive pair counts (the HF config key), or an integer number of
+            axes sharing the pairs evenly (the first `(r/2) % A` axes take one more).
+        rotary_dim: the (even, validated) rotated width `r`.
+
+    Raises:
+        TypeError: not a sequence of integers or an integer.
+        ValueError: fewer than 1 axis, a count < 1, or counts that do not sum to `r/2`.
+    """
+    pairs = rotary_dim // 2
+    if isinstance(mrope_section, numbers.Integral) and not isinstance(mrope_section, bool):
+        axes = check_positive_int("mrope_section", mrope_section)
+        if axes > pairs:
+            raise ValueError(f"mrope_section={axes} axes cannot share rotary_dim // 2 = {pairs} pairs")
+        return tuple(pairs // axes + (a < pairs % axes) for a in range(axes))
+    if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__len__"):
+        raise TypeError(f"mrope_section={mrope_section!r} must be a sequence of pair counts or a number of axes")
+    section = tuple(mrope_section)
+    if not section or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in section):
+        raise ValueError(f"mrope_section={list(section)!r} must be a non-empty list of positive integers")
+    section = tuple(int(s) for s in section)
+    if sum(section) != pairs:
+        raise ValueError(f"mrope_section={list(section)} sums to {sum(section)} pairs, but rotary_dim={rotary_dim} "
+                         f"has {pairs}: the section counts frequency pairs (half the rotated channels), not channels")
+    return section
+
+
+def mrope_axis_of_pair(section, interleaved: bool = False) -> np.ndarray:
+    """int64 `[r/2]`: the position axis each rotary pair takes its angle from (see the module docstring).
+
+    Example:
+        >>> mrope_axis_of_pair((2, 1, 1)).tolist(), mrope_axis_of_pair((2, 1, 1), True).tolist()
+        ([0, 0, 1, 2], [0, 1, 2, 0])
+    """
+    section = tuple(section)
+    axes, pairs = len(section), sum(section)
+    if not interleaved:
+        return np.repeat(np.arange(axes), section).astype(np.int64)
+    j = np.arange(pairs)
+    axis = np.zeros(pairs, dtype=np.int64)
+    for a in range(1, axes):
+        axis[(j % axes == a) & (j < axes * section[a])] = a
+    return axis
+
+
+def mrope_frequency_order(section, axis_of_pair, frequencies: str) -> np.ndarray | None:
+    """For `"strided"`: int64 `[r/2]`, the 1-D frequency index each pair takes; None for the other modes.
+
+    Raises:
+        ValueError: a section that is not the strided split (`s_a = ceil((r/2 - a) / A)`).
+    """
+    check_choice("mrope_frequencies", frequencies, MROPE_FREQUENCIES)
+    if frequencies != "strided":
+        return None
+    section = tuple(section)
+    axes, pairs = len(section), sum(section)
+    expected = tuple(len(range(a, pairs, axes)) for a in range(axes))
+    if section != expected:
+        raise ValueError(f"mrope_frequencies='strided' gives axis a the 1-D frequencies a, a+{axes}, ...: "
+                         f"mrope_section must be {list(expected)}, got {list(section)}")
+    order = np.empty(pairs, dtype=np.int64)
+    for a in range(axes):
+        mine = np.flatnonzero(axis_of_pair == a)
+        order[mine] = np.arange(a, pairs, axes)
+    return order
+
+
+def mrope_channel_axes(rotary_dim, *, mrope_section, mrope_interleaved=False, layout="half") -> np.ndarray:
+    """int64 `[rotary_dim]`: the position axis of each rotated channel (both channels of a pair share it).
+
+    The table of docs/conventions.md "Multi-axis RoPE" and `posenc plot` are drawn from this.
+
+    Example:
+        >>> mrope_channel_axes(8, mrope_section=[2, 1, 1]).tolist()
+        [0, 0, 1, 2, 0, 0, 1, 2]
+        >>> mrope_channel_axes(8, mrope_section=[2, 1, 1], layout="interleaved").tolist()
+        [0, 0, 0, 0, 1, 1, 2, 2]
+    """
+    section = resolve_mrope_section(mrope_section, rotary_dim)
+    axis = mrope_axis_of_pair(section, mrope_interleaved)
+    check_choice("layout", layout, ("half", "interleaved"))
+    return np.concatenate([axis, axis]) if layout == "half" else np.repeat(axis, 2)
+
+
+def check_mrope_positions(positions_shape, num_axes: int) -> None:
+    """Multi-axis positions carry a leading axis of size `len(mrope_section)`."""
+    shape = tuple(positions_shape)
+    if not shape or shape[0] != num_axes:
+        raise ValueError(f"positions of shape {shape} need a leading axis of size {num_axes} (one position per "
+                         f"axis of mrope_section: [{num_axes}, ..., seq])")
+
+
+# --- Qwen2.5-VL position ids ---------------------------------------------------------------------------------
+
+
+def _int_matrix(name, value, *, cols=None):
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu":
+        if array.dtype.kind != "f" or np.any(array != np.round(array)):
+            raise TypeError(f"{name} must be an integer array, got dtype {array.dtype}")
+        array = array.astype(np.int64)
+    if array.ndim != 2 or (cols is not None and array.shape[1] != cols):
+        want = f"[n, {cols}]" if cols is not None else "[batch, seq]"
+        raise ValueError(f"{name} must have shape {want}, got {array.shape}")
+    return array.astype(np.int64)
+
+
+def mrope_position_ids(mm_token_type_ids, *, image_grid_thw=None, video_grid_thw=None, second_per_grid_ts=None,
+                       attention_mask=None, spatial_merge_size=2, tokens_per_second=None):
+    """Qwen2.5-VL's 3-axis position ids (temporal, height, width) of a text/image/video token sequence.
+
+    Formula (per batch row, after dropping the tokens whose `attention_mask` is 0): the tokens are
+    grouped into runs of equal type. With `p` the next free position (0 at the start):
+
+    * a text run of `n` tokens gets `p, p+1, ..., p+n-1` on all three axes; `p += n`;
+    * an image or video run takes the next row `(t, h, w)` of `image_grid_thw` / `video_grid_thw`
+      (consumed in order over the whole batch, images and videos separately), `h' = h / m`, `w' = w / m`
+      (`m = spatial_merge_size`), and covers the `t * h' * w'` grid in (t, h, w) row-major order:
+      temporal `p + trunc(k * dt)` for frame `k` (`dt = tokens_per_second * second_per_grid_ts[v]` for the
+      v-th video, `dt = 1` for images), height `p + i`, width `p + j`; then `p += max(h', w')`.
+
+    Masked tokens get position 0 on every axis. `deltas[b] = max(ids of row b) + 1 - n_b` (`n_b` the
+    unmasked length) is what decoding adds to the cache length (HF `rope_deltas`).
+
+    Follows transformers 5.24 `models/qwen2_5_vl/modeling_qwen2_5_vl.py` `Qwen2_5_VLModel.get_rope_index` /
+    `get_vision_position_ids` (note `p += max(h', w')` after a vision run, not past the largest temporal id),
+    Qwen2.5-VL technical report (arXiv:2502.13923) section 2.1.3 (absolute time alignment).
+
+    Args:
+        mm_token_type_ids: int `[batch, seq]`: 0 text, 1 image, 2 video token.
+        image_grid_thw: int `[num_images, 3]` (t, h, w in patches, before merging), one row per image run.
+        video_grid_thw: int `[num_videos, 3]`, one row per video run.
+        second_per_grid_ts: float `[num_videos]`: seconds per temporal grid step (None: 1.0 each, as HF).
+        attention_mask: 0/1 `[batch, seq]` (left or right padding), or None.
+        spatial_merge_size: `m`, the vision tower's patch merge (config `vision_config.spatial_merge_size`).
+        tokens_per_second: config `vision_config.tokens_per_second`; required when there are videos.
+
+    Returns:
+        `(position_ids int64 [3, batch, seq], deltas int64 [batch, 1])`.
+
+    Raises:
+        ValueError: token types outside {0, 1, 2}; more or fewer image/video runs than grid rows; a run whose
+            length is not `t * h' * w'`; `h`/`w` not divisible by `m`; videos without `tokens_per_second`;
+            `second_per_grid_ts` not one value per video; a mask that is not 0/1 of the same shape.
+        TypeError: non-integer token types, grids or mask.
+
+    Note:
+        HF forms `trunc(k * dt)` in the dtype of `second_per_grid_ts` (float32 from the processor); this
+        computes in float64, which can differ only when `k * dt` lands within float32 rounding of an integer.
+
+    Example:
+        >>> ids, deltas = mrope_position_ids([[0, 0, 1, 1, 1, 1, 0]], image_grid_thw=[[1, 4, 4]])
+        >>> ids[:, 0].tolist(), deltas.tolist()
+        ([[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]], [[-2]])
+    """
+    types = _int_matrix("mm_token_type_ids", mm_token_type_ids)
+    if types.size and (types.min() < 0 or types.max() > 2):
+        raise ValueError(f"mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video), got values "
+                         f"{sorted(set(types.ravel().tolist()) - {0, 1, 2})}")
+    merge = check_positive_int("spatial_merge_size", spatial_merge_size)
+    if attention_mask is None:
+        mask = np.ones(types.shape, dtype=bool)
+    else:
+        raw = _int_matrix("attention_mask", attention_mask)
+        if raw.shape != types.shape or np.any((raw != 0) & (raw != 1)):
+            raise ValueError(f"attention_mask must be 0/1 of shape {types.shape}, got shape {raw.shape}")
+        mask = raw.astype(bool)
+    grids = {1: _int_matrix("image_grid_thw", image_grid_thw, cols=3) if image_grid_thw is not None else
+             np.zeros((0, 3), np.int64),
+             2: _int_matrix("video_grid_thw", video_grid_thw, cols=3) if video_grid_thw is not None else
+             np.zeros((0, 3), np.int64)}
+    names = {1: "image_grid_thw", 2: "video_grid_thw"}
+    for kind, grid in grids.items():
+        if grid.size and (grid.min() < 1 or np.any(grid[:, 1:] % merge)):
+            raise ValueError(f"{names[kind]} rows must be positive with h and w divisible by spatial_merge_size="
+                             f"{merge}, got {grid.tolist()}")
+    num_videos = len(grids[2])
+    if second_per_grid_ts is None:
+        seconds = np.ones(num_videos)
+    else:
+        seconds = np.asarray(second_per_grid_ts, dtype=np.float64).reshape(-1)
+        if seconds.shape != (num_videos,) or not np.all(np.isfinite(seconds)):
+            raise ValueError(f"second_per_grid_ts must hold one finite value per video ({num_videos}), got "
+                             f"{np.asarray(second_per_grid_ts).tolist()}")
+    if num_videos and tokens_per_second is None:
+        raise ValueError("tokens_per_second is required when there are videos (config vision_config.tokens_per_second)")
+
+    batch, seq = types.shape
+    position_ids = np.zeros((3, batch, seq), dtype=np.int64)
+    deltas = np.zeros((batch, 1), dtype=np.int64)
+    used = {1: 0, 2: 0}
+    for b in range(batch):
+        kept = types[b][mask[b]]
+        pieces, p = [], 0
+        for kind, run in itertools.groupby(kept.tolist()):
+            n = len(list(run))
+            if kind == 0:
+                pieces.append(np.broadcast_to(p + np.arange(n), (3, n)))
+                p += n
+                continue
+            if used[kind] >= len(grids[kind]):
+                raise ValueError(f"the token types hold more {'image' if kind == 1 else 'video'} runs than "
+                                 f"{names[kind]} has rows ({len(grids[kind])})")
+            t, h, w = grids[kind][used[kind]].tolist()
+            h, w = h // merge, w // merge
+            if n != t * h * w:
+                raise ValueError(f"a run of {n} {'image' if kind == 1 else 'video'} tokens does not match "
+                                 f"{names[kind]} row {used[kind]} {grids[kind][used[kind]].tolist()}: "
+                                 f"t * (h/{merge}) * (w/{merge}) = {t * h * w}")
+            dt = 1.0 if kind == 1 else float(tokens_per_second) * seconds[used[kind]]
+            used[kind] += 1
+            tt, hh, ww = np.meshgrid(np.trunc(np.arange(t) * dt).astype(np.int64), np.arange(h), np.arange(w),
+                                     indexing="ij")
+            pieces.append(np.stack([tt.ravel(), hh.ravel(), ww.ravel()]) + p)
+            p += max(h, w)
+        ids = np.concatenate(pieces, axis=1) if pieces else np.zeros((3, 0), np.int64)
+        position_ids[:, b, mask[b]] = ids
+        deltas[b, 0] = (ids.max() + 1 if ids.size else 0) - len(kept)
+    for kind in (1, 2):
+        if used[kind] != len(grids[kind]):
+            raise ValueError(f"{names[kind]} has {len(grids[kind])} rows but the token types hold {used[kind]} "
+                             f"{'image' if kind == 1 else 'video'} runs")
+    return position_ids, deltas
