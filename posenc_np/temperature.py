@@ -12,11 +12,25 @@ defaults `floor_scale=8192`, `attn_scale=0.1` (`configuration_llama4.py`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._validate import check_integer_positions, check_positive_float
 
-__all__ = ["llama4_attn_scale"]
+__all__ = ["llama4_attn_scale", "check_temperature_args"]
+
+
+def check_temperature_args(floor_scale, attn_scale) -> tuple[float, float]:
+    """Validate `floor_scale` (> 0) and `attn_scale` (finite); shared by the backends (no NumPy, trace-safe)."""
+    floor_scale = check_positive_float("floor_scale", floor_scale)
+    try:
+        attn_scale = float(attn_scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"attn_scale={attn_scale!r} must be a finite number") from None
+    if not math.isfinite(attn_scale):
+        raise ValueError(f"attn_scale={attn_scale!r} must be a finite number")
+    return floor_scale, attn_scale
 
 
 def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1) -> np.ndarray:
@@ -44,8 +58,5 @@ def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1) -> np.ndar
         [1.0, 1.0, 1.069315, 1.138629]
     """
     positions = check_integer_positions("positions", positions)
-    floor_scale = check_positive_float("floor_scale", floor_scale)
-    attn_scale = float(attn_scale)
-    if not np.isfinite(attn_scale):
-        raise ValueError(f"attn_scale={attn_scale!r} must be finite")
+    floor_scale, attn_scale = check_temperature_args(floor_scale, attn_scale)
     return 1.0 + attn_scale * np.log1p(np.floor((positions.astype(np.float64) + 1.0) / floor_scale))

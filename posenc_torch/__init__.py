@@ -11,16 +11,11 @@ from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_b
 from .relative import RelativePositionEmbedding, relative_embeddings
 from .rope import (RotaryEmbedding, apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation,
                    scaling_from_hf_config)
+from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
+from .schedule import rope_modules_from_schedule, rope_schedule_from_hf_config
+from .temperature import llama4_attn_scale
 from .sinusoidal import SinusoidalEncoding, sinusoidal
 from .t5 import T5RelativeBias, t5_bias, t5_bucket
-# research encodings (issue 17)
-from .cope import CoPE, cope
-from .deberta import build_relative_position, make_log_bucket_position
-from .dynamic import DynamicPositionEncoding, dynamic_position_encoding, nope
-from .fire import FIREBias, fire_bias
-from .kerple import KERPLEBias, kerple_bias, sandwich_bias
-from .randomized import randomized_positions, sample_randomized_positions
-from .xpos import apply_xpos, xpos_scale
 
 __all__ = [
     "cp_indices",
@@ -39,6 +34,12 @@ __all__ = [
     "rope_frequencies",
     "rope_permutation",
     "scaling_from_hf_config",
+    "rope_schedule_from_hf_config",
+    "rope_modules_from_schedule",
+    "apply_mla_rope",
+    "mla_rope_permutation",
+    "mla_softmax_scale",
+    "llama4_attn_scale",
     "ALiBi",
     "RelativePositionEmbedding",
     "T5RelativeBias",
@@ -53,20 +54,4 @@ __all__ = [
     "learned",
     "resize_table",
     "sinusoidal",
-    "apply_xpos",
-    "build_relative_position",
-    "cope",
-    "dynamic_position_encoding",
-    "fire_bias",
-    "kerple_bias",
-    "make_log_bucket_position",
-    "nope",
-    "randomized_positions",
-    "sample_randomized_positions",
-    "sandwich_bias",
-    "xpos_scale",
-    "CoPE",
-    "DynamicPositionEncoding",
-    "FIREBias",
-    "KERPLEBias",
 ]

@@ -1,0 +1,25 @@
+"""Llama 4's NoPE-layer query temperature in JAX; formula and source: `posenc_np.temperature`.
+
+Float32 from integer positions (`(p + 1) / floor_scale` correctly rounded, exact floor below 2**24);
+positions are data under `jax.jit`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from posenc_np.temperature import check_temperature_args
+
+from ._common import as_tensor
+
+__all__ = ["llama4_attn_scale"]
+
+
+def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1):
+    """`1 + attn_scale * log1p(floor((p + 1) / floor_scale))` as float32; see `posenc_np.llama4_attn_scale`."""
+    floor_scale, attn_scale = check_temperature_args(floor_scale, attn_scale)
+    positions = as_tensor(positions)
+    if not jnp.issubdtype(positions.dtype, jnp.integer):
+        raise TypeError(f"positions must be an integer array, got dtype {positions.dtype}")
+    t = jnp.floor((positions.astype(jnp.float32) + 1.0) / floor_scale)
+    return 1.0 + attn_scale * jnp.log1p(t)

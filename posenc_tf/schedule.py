@@ -1,0 +1,31 @@
+"""Per-layer schedules in TensorFlow/Keras: the spec reader, and one RotaryEmbedding module (or None) per layer."""
+
+from __future__ import annotations
+
+from posenc_np.schedule import rope_schedule_from_hf_config
+
+from .rope import RotaryEmbedding
+
+__all__ = ["rope_schedule_from_hf_config", "rope_modules_from_schedule"]
+
+
+def rope_modules_from_schedule(schedule, *, max_len=None):
+    """`[RotaryEmbedding(**entry) or None for entry in schedule]`; equal entries share one module.
+
+    Args:
+        schedule: the list of `rope_schedule_from_hf_config` (entries `None` or `apply_rope` kwargs).
+        max_len: passed to every module (a float32 cos/sin cache of that many positions).
+
+    Returns:
+        list like `schedule`: `None` for NoPE layers, else a `posenc_tf.RotaryEmbedding`.
+    """
+    modules, shared = [], {}
+    for entry in schedule:
+        if entry is None:
+            modules.append(None)
+            continue
+        key = repr(sorted(entry.items()))
+        if key not in shared:
+            shared[key] = RotaryEmbedding(**entry, max_len=max_len)
+        modules.append(shared[key])
+    return modules

@@ -1,0 +1,25 @@
+"""Llama 4's NoPE-layer query temperature in PyTorch; formula and source: `posenc_np.temperature`.
+
+Computed in float32 from integer positions: `(p + 1) / floor_scale` is correctly rounded, so its floor is
+exact whenever the true quotient is an integer (positions < 2**24); positions are data (no recompile).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc_np.temperature import check_temperature_args
+
+from ._common import as_tensor
+
+__all__ = ["llama4_attn_scale"]
+
+
+def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1):
+    """`1 + attn_scale * log1p(floor((p + 1) / floor_scale))` as float32; see `posenc_np.llama4_attn_scale`."""
+    floor_scale, attn_scale = check_temperature_args(floor_scale, attn_scale)
+    positions = as_tensor(positions)
+    if positions.is_floating_point() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+    t = torch.floor((positions.to(torch.float32) + 1.0) / floor_scale)
+    return 1.0 + attn_scale * torch.log1p(t)
