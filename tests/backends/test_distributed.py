@@ -1,0 +1,53 @@
+"""Sharded runtimes on this machine's CPUs: posenc gives the same numbers sharded and unsharded.
+
+Runs posenc.check.distributed (the same code as `posenc check --distributed`), each runtime in a fresh
+process: JAX with 8 host CPU devices (XLA_FLAGS set before JAX starts), a 1-D Mesh, NamedSharding and
+shard_map; PyTorch with torch.distributed/gloo, 4 spawned processes and DTensor. What each record
+checks is in that module's docstring; here every record must pass and the expected checks must all
+have run (a runtime that ran nothing must not pass).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from posenc.check.distributed import run_distributed
+
+JAX_CHECKS = {"rope-namedsharding-positions-replicated", "rope-namedsharding-positions-sharded",
+              "rope-shard_map-contiguous", "rope-shard_map-striped", "rope-shard_map-zigzag",
+              "rope-shard_map-packed-zigzag", "alibi-namedsharding", "t5-namedsharding"}
+TORCH_CHECKS = {"rope-dtensor-contiguous", "rope-dtensor-striped", "rope-dtensor-zigzag", "rope-dtensor-packed-zigzag"}
+_RUNS: dict = {}
+
+
+def _records(runtime):
+    """One run per runtime per session (each starts processes: ~15 s for JAX, ~30 s for 4 torch ranks)."""
+    pytest.importorskip(runtime)
+    if runtime not in _RUNS:
+        _RUNS[runtime] = run_distributed([runtime], timeout=240)
+    return _RUNS[runtime]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime, expected", [("jax", JAX_CHECKS), ("torch", TORCH_CHECKS)])
+def test_sharded_equals_unsharded(runtime, expected):
+    records = _records(runtime)
+    failed = [r for r in records if r["status"] != "pass"]
+    assert not failed, failed
+    assert {r["check"] for r in records} == expected
+    assert all(r["max_abs_err"] <= r["tol"] for r in records)
+
+
+@pytest.mark.slow
+def test_rope_under_namedsharding_moves_no_sequence_data():
+    records = {r["check"]: r for r in _records("jax")}
+    replicated = records["rope-namedsharding-positions-replicated"]
+    assert not any(replicated["collectives"].values())  # nothing at all crosses devices
+    sharded = records["rope-namedsharding-positions-sharded"]
+    # sharded positions: only scalar all-reduces (the table-range predicate), never a gather of tokens
+    assert sharded["collectives"]["all-gather"] == sharded["collectives"]["all-to-all"] == 0
+    assert sharded["collectives"]["collective-permute"] == 0
+    assert all(shape.endswith("[]") for shape in sharded["all_reduce_shapes"])
+    for name in ("rope-shard_map-zigzag", "rope-shard_map-packed-zigzag", "alibi-namedsharding", "t5-namedsharding"):
+        assert not any(records[name]["collectives"].values()), name
+    assert records["alibi-namedsharding"]["sharding"] == "P(None, 'sp')"
