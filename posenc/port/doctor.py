@@ -11,6 +11,13 @@ policy names the mismatch. Candidates, in order:
     parameters that differ (denominator `dim` vs `dim/2 - 1`, layout, first position); for two RoPE /
     sinusoid tables with estimable frequencies, a constant frequency ratio (linear scaling factor,
     position interpolation) or a base change (NTK).
+
+Multi-axis RoPE (docs/conventions.md §3.16): for two cos/sin tables or rotated q/k of the same tokens
+(`[..., seq, r]`, positions `[A, ..., seq]` with different ids per axis), a channel agrees in A and B
+exactly when it reads the same axis in both (same frequency, same positions). The pattern of the
+channels that differ names the layout mismatch: contiguous vs interleaved sections (Qwen2-VL vs
+Qwen3-VL), height and width swapped, or the section doubled by value instead of repeated for the two
+halves ("section not doubled"), for every section of 2 or 3 axes (the published ones first).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 
 from posenc_np._dtypes import dtype_name, numpy_dtype
 from ..errors import UsageError
+from posenc_np.mrope import mrope_axis_of_pair
 from posenc_np.rope import rope_permutation
 from posenc_np.sinusoidal import sinusoidal
 from posenc_np.testing import compare, tolerance
@@ -157,7 +165,8 @@ def diagnose(a, b) -> Diagnosis:
         for message, x, hd in _row_permutations(a64):
             if _equal(x, b64, tol):
                 return Diagnosis(True, "rope-rows", message, {"head_dim": hd})
-    found = _sinusoid_params(a64, b64, tol) or _frequency_ratio(a64, b64)
+    found = _mrope_layout(a64, b64, tol) if a.shape == b.shape else None
+    found = found or _sinusoid_params(a64, b64, tol) or _frequency_ratio(a64, b64)
     if found:
         return found
     r = compare(a64, b64, tol) if a.shape == b.shape else None
@@ -246,4 +255,49 @@ def _frequency_ratio(a, b):
     if all(ok for _, ok in fits):
         return Diagnosis(True, "base", f"RoPE base differs: A ~ {fits[0][0]:.6g}, B ~ {fits[1][0]:.6g} (NTK-aware "
                                        "scaling changes the base)", {"base_a": fits[0][0], "base_b": fits[1][0]})
+    return None
+
+
+#: Published sections (pairs per axis), tried before every other split: Qwen2-VL/2.5-VL, Qwen3-VL, FLUX.
+_KNOWN_SECTIONS = ((16, 24, 24), (24, 20, 20), (8, 28, 28))
+
+
+def _sections(pairs):
+    """Every 3-axis split of `pairs`, the published ones first (at most 1953 for 64 pairs)."""
+    known = [s for s in _KNOWN_SECTIONS if sum(s) == pairs]
+    rest = [(t, h, pairs - t - h) for t in range(1, pairs - 1) for h in range(1, pairs - t)]
+    return known + [s for s in rest if s not in known]
+
+
+def _mrope_hypotheses(r):
+    """(key, message, channel axes of A, channel axes of B) for the multi-axis RoPE layout mismatches."""
+    pairs = r // 2
+    for section in _sections(pairs):
+        for layout, expand in (("half", lambda m: np.concatenate([m, m])), ("interleaved", lambda m: np.repeat(m, 2))):
+            contiguous, interleaved = mrope_axis_of_pair(section), mrope_axis_of_pair(section, True)
+            name = f"mrope_section={list(section)}, {layout} layout"
+            yield ("mrope-interleaving", f"M-RoPE sections: A contiguous (Qwen2-VL), B interleaved (Qwen3-VL) "
+                   f"({name}); the channels that read another axis differ", expand(contiguous), expand(interleaved))
+            for label, axis in (("contiguous", contiguous), ("interleaved", interleaved)):
+                swapped = np.where(axis == 1, 2, np.where(axis == 2, 1, axis))
+                yield ("mrope-height-width", f"M-RoPE height and width swapped ({label}, {name}): position_ids "
+                       "rows 1 and 2 (or the section's last two entries) exchanged", expand(axis), expand(swapped))
+        by_value = np.repeat(np.arange(3), 2 * np.asarray(section))  # np.array(section) * 2 channel blocks
+        yield ("mrope-section-not-doubled", f"M-RoPE section doubled by value ([{', '.join(str(2 * s) for s in section)}] "
+               f"channel blocks) instead of repeated for the two halves (mrope_section * 2 on the list) "
+               f"(mrope_section={list(section)})", np.concatenate([mrope_axis_of_pair(section)] * 2), by_value)
+
+
+def _mrope_layout(a, b, tol):
+    """Name the multi-axis RoPE layout mismatch from the channels where A and B agree (see the module doc)."""
+    r = a.shape[-1]
+    if a.ndim < 2 or r % 2 or r < 6 or r > 256:
+        return None
+    differ = np.abs(a - b).reshape(-1, r).max(0) > tol.atol
+    if not differ.any() or differ.all():
+        return None
+    for key, message, axes_a, axes_b in _mrope_hypotheses(r):
+        if np.array_equal(differ, axes_a != axes_b):
+            return Diagnosis(True, key, message + f": {int(differ.sum())} of {r} channels differ",
+                             {"channels_differ": int(differ.sum())})
     return None

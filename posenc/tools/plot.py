@@ -22,7 +22,7 @@ from .figures import new_figure, suptitle
 
 __all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves", "attention_weights",
            "load_table", "figure_table", "figure_rope_decay", "figure_bias", "figure_attention_maps", "figure_diff",
-           "figure_experiment"]
+           "figure_experiment", "figure_mrope", "mrope_assignment"]
 
 TABLE_ENCODINGS = {"sinusoidal": "sinusoidal", "rope": "apply_rope", "learned": "learned"}
 #: the encodings `posenc experiment` trains a model with, "none" included
@@ -344,5 +344,58 @@ def figure_experiment(report_path):
     return figure
 
 
+def mrope_assignment(convention, dim=None):
+    """`(rotary_dim, channel_axes [r], channel_inv_freq [r], axis names)` of a multi-axis RoPE convention."""
+    from posenc_np.conventions import conventions
+    from posenc_np.rope import rope_plan
+
+    conv = conventions.get(convention)
+    if conv is None or conv.encoding != "apply_rope" or "mrope_section" not in conv.params:
+        names = sorted(n for n, c in conventions.items() if "mrope_section" in c.params)
+        raise UsageError(f"--convention {convention!r} is not a multi-axis RoPE convention; choose from {names}")
+    params = dict(conv.params)
+    dim = _positive("--dim", dim) if dim is not None else conv.extra.get("head_dim", 64)
+    try:
+        plan = rope_plan(dim, base=params.get("base", 10000.0), scaling=params.get("scaling"),
+                         layout=params.get("layout", "half"), mrope_section=params["mrope_section"],
+                         mrope_interleaved=params.get("mrope_interleaved", False),
+                         mrope_frequencies=params.get("mrope_frequencies", "shared"))
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"--convention {convention} with --dim {dim}: {error}") from None
+    pair_axis, pair_freq = plan.axis_of_pair, plan.turns * 2 * np.pi
+    if plan.layout == "half":
+        axes, freqs = np.concatenate([pair_axis, pair_axis]), np.concatenate([pair_freq, pair_freq])
+    else:
+        axes, freqs = np.repeat(pair_axis, 2), np.repeat(pair_freq, 2)
+    names = tuple(conv.extra.get("axes", [f"axis {a}" for a in range(plan.num_axes)]))
+    return dim, axes, freqs, names
+
+
+def figure_mrope(*, convention="qwen2-vl", dim=None):
+    """Which channel reads which position axis, and with which inverse frequency, for a multi-axis RoPE
+    convention (qwen2-vl, qwen3-vl, qwen2-vl-vision, pixtral, flux); docs/conventions.md §3.16."""
+    dim, axes, freqs, names = mrope_assignment(convention, dim)
+    figure = new_figure(12, 5.2)
+    strip = figure.add_subplot(2, 1, 1)
+    onehot = (axes[None, :] == np.arange(len(names))[:, None]).astype(float)
+    strip.imshow(onehot, aspect="auto", cmap="Greys", interpolation="nearest", vmin=0, vmax=1)
+    strip.set_yticks(range(len(names)), names)
+    strip.set_xlabel("channel")
+    strip.set_title("position axis read by each channel (black)")
+    scatter = figure.add_subplot(2, 1, 2)
+    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+    for a, name in enumerate(names):
+        mine = np.flatnonzero(axes == a)
+        scatter.scatter(mine, freqs[mine], s=10, color=colours[a % len(colours)], label=name)
+    scatter.set_yscale("log")
+    scatter.set_xlim(strip.get_xlim())
+    scatter.set_xlabel("channel")
+    scatter.set_ylabel("inverse frequency (rad / position)")
+    scatter.legend(loc="upper right", fontsize=8)
+    suptitle(figure, f"{convention}: per-axis frequency assignment, head dim {dim}")
+    return figure
+
+
 FIGURES = {"table": figure_table, "rope-decay": figure_rope_decay, "bias": figure_bias,
-           "attention-maps": figure_attention_maps, "diff": figure_diff, "experiment": figure_experiment}
+           "attention-maps": figure_attention_maps, "diff": figure_diff, "experiment": figure_experiment,
+           "mrope": figure_mrope}

@@ -38,6 +38,8 @@ def _figure(args):
     if args.kind == "diff":
         return plot.figure_diff(args.a, args.b, positions=args.positions, dim=args.dim, backend=args.backend,
                                 backend_b=args.backend_b)
+    if args.kind == "mrope":
+        return plot.figure_mrope(convention=args.convention, dim=args.dim)
     return plot.figure_experiment(args.report)
 
 
@@ -112,6 +114,11 @@ def add_parser(sub) -> None:
                    help="compute B with another backend (default: --backend), e.g. to see float32 error")
     p.add_argument("--positions", type=int, default=128)
     p.add_argument("--dim", type=int, default=64)
+
+    p = kind("mrope", "multi-axis RoPE: which channel reads which position axis, with which frequency")
+    p.add_argument("--convention", default="qwen2-vl",
+                   help="qwen2-vl, qwen3-vl, qwen2-vl-vision, pixtral or flux (default qwen2-vl)")
+    p.add_argument("--dim", type=int, help="head dim (default: the convention's, 64 for the vision towers)")
 
     p = kind("experiment", "perplexity against evaluation length from a saved `posenc experiment --json` report")
     p.add_argument("report", help="the JSON report")
