@@ -6,7 +6,7 @@
 For each start position P in 1e4, 1e5, 1e6, 1.6e7 the positions P .. P+63 are rotated with
 rotary_dim 128 (base 10000, Llama 2 / NeoX); the angle is read back from the float32 cos/sin
 (`atan2(sin, cos)`) and compared, modulo 2pi, with `p * inv_freq` formed and reduced in float64
-(`posenc_np.rope.rope_angle_error`). The baseline is the plain float32 product `float32(p) * float32(inv_freq)`
+(`posenc_np.testing.rope_angle_error`). The baseline is the plain float32 product `float32(p) * float32(inv_freq)`
 that most implementations form (HF transformers, Meta's reference, keras-hub).
 """
 
@@ -23,7 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from posenc_np.rope import rope_angle_error, rope_plan  # noqa: E402
+from posenc_np.rope import rope_plan  # noqa: E402
+from posenc_np.testing import rope_angle_error  # noqa: E402
 from posenc.adapters import adapter  # noqa: E402
 
 STARTS = (10_000, 100_000, 1_000_000, 16_000_000)
@@ -103,7 +104,7 @@ posenc never forms the angle in float32:
 * **PyTorch, TensorFlow**: `t = p * inv_freq / 2pi` (turns) in float64, `t - round(t)` keeps the
   fraction exactly, and only the reduced angle in [-pi, pi] is rounded to float32 for cos/sin.
 * **JAX** (no float64 without x64): double-float arithmetic. The spec splits `inv_freq / 2pi` into
-  four float32 pieces of 12 significant bits (`posenc_np.rope.split_float32`); an int32 position
+  four float32 pieces of 12 significant bits (`posenc_jax._doublefloat.split_float32`); an int32 position
   splits exactly into `high + (p & 4095)`. Each position half times each piece is exact in float32
   (12 + 12 bits), each product's whole turns are dropped exactly, and the fractions are summed with
   TwoSum compensation; the result times a two-float 2pi is the reduced angle. Exact products hold

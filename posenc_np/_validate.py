@@ -23,6 +23,9 @@ __all__ = [
     "check_table",
     "check_real_positions",
     "check_position_pair",
+    "check_integer_dtype",
+    "check_rope_input",
+    "check_heads_divide",
 ]
 
 
@@ -106,3 +109,26 @@ def check_position_pair(q_shape, k_shape) -> tuple:
     except ValueError:
         raise ValueError(f"q_positions {tuple(q_shape)} and k_positions {tuple(k_shape)}: leading axes "
                          f"{tuple(q_shape)[:-1]} and {tuple(k_shape)[:-1]} do not broadcast") from None
+
+
+def check_integer_dtype(name: str, dtype, is_integer: bool) -> None:
+    """A backend tensor that indexes or counts (positions) must have an integer dtype: its values may
+    not be readable (traced), so the dtype is what can be checked."""
+    if not is_integer:
+        raise ValueError(f"{name} must be an integer array, got dtype {dtype}")
+
+
+def check_rope_input(x_dim: int, rotary_dim: int, head_dim: int | None = None) -> None:
+    """`x`'s last axis against a RoPE module's `head_dim` (when it was built with one) and `rotary_dim`."""
+    if head_dim is not None and x_dim != head_dim:
+        raise ValueError(f"x has {x_dim} channels, this RotaryEmbedding was built for head_dim={head_dim}")
+    if rotary_dim > x_dim:
+        raise ValueError(f"rotary_dim={rotary_dim} is larger than the head dim {x_dim}")
+
+
+def check_heads_divide(num_heads, rows: int) -> int:
+    """`num_heads` must divide a `[num_heads * head_dim, ...]` weight's first axis; returns `head_dim`."""
+    if isinstance(num_heads, bool) or not isinstance(num_heads, numbers.Integral) or num_heads < 1 \
+            or rows % num_heads:
+        raise ValueError(f"num_heads={num_heads} does not divide the weight's first axis {rows}")
+    return rows // int(num_heads)

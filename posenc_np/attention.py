@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from ._dtypes import is_float
-from .testing import Tolerance, tolerance
+from .testing import attention_tolerance  # noqa: F401  (lives in testing.py; importable here for older callers)
 
-__all__ = ["attention", "causal_mask", "check_attention_args", "attention_tolerance"]
+__all__ = ["attention", "causal_mask", "check_attention_args"]
 
 
 def check_attention_args(q_shape, k_shape, v_shape, *, causal, scale) -> float | None:
@@ -96,23 +96,3 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
     weights = exp / np.sum(exp, axis=-1, keepdims=True)
     out = np.einsum("...qk,...kd->...qd", weights, v.astype(np.float64))
     return out.astype(out_dtype), weights.astype(out_dtype)
-
-
-def attention_tolerance(q, k, v, *, bias=None, scale=None, dtype="float32") -> tuple[Tolerance, Tolerance]:
-    """`(tol_out, tol_weights)` for a backend's attention against `attention` on the same inputs.
-
-    A backend forms each logit in float32 within about 1.5 eps32 * |logit| (product, sum, bias add).
-    softmax moves each weight, and each output element in units of max |v|, by at most 2 * max
-    |d logit|; so the logit magnitude plays the role of the angle in `posenc_np.testing.tolerance`:
-    max_angle = 2 * max |logit| (the policy's 2 * eps32 * angle then covers 4 eps32 |logit|). Large
-    ALiBi biases at long positions (|bias| ~ m * 8192) are what make this term matter.
-    """
-    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    logits = np.abs(scale * np.einsum("...qd,...kd->...qk", q, k))
-    if bias is not None:
-        finite = np.where(np.isfinite(bias), np.abs(np.asarray(bias, np.float64)), 0.0)
-        logits = logits + finite
-    max_logit = float(logits.max()) if logits.size else 0.0
-    return (tolerance(dtype, max_angle=2 * max_logit, scale=float(np.abs(v).max())),
-            tolerance(dtype, max_angle=2 * max_logit))

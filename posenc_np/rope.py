@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._dtypes import dtype_name, spec_output_dtype
-from ._validate import check_choice, check_even_dim, check_integer_positions, check_positive_float
+from ._validate import (check_choice, check_even_dim, check_heads_divide, check_integer_positions, check_positive_float,
+                        check_rope_input)
 from .mrope import MROPE_FREQUENCIES, check_mrope_positions, mrope_axis_of_pair, mrope_frequency_order, resolve_mrope_section
 from .scaling import SCALING_TYPES, dynamic_growth, resolve_scaling
 
@@ -34,8 +35,6 @@ __all__ = [
     "rope_permutation",
     "permute_qk_rows",
     "scaling_from_hf_config",
-    "split_float32",
-    "rope_angle_error",
 ]
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -64,8 +63,8 @@ def resolve_rotary_dim(head_dim, rotary_dim=None, rotary_pct=None) -> int:
             raise ValueError("rotary_dim is required")
         rotary_dim = head_dim
     rotary_dim = check_even_dim("rotary_dim", rotary_dim)
-    if head_dim is not None and rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim={rotary_dim} is larger than the head dim {head_dim}")
+    if head_dim is not None:
+        check_rope_input(head_dim, rotary_dim)
     return rotary_dim
 
 
@@ -92,7 +91,8 @@ class RopePlan:
     Attributes:
         rotary_dim, layout: as given.
         attention_scale: multiplies cos and sin (YaRN, LongRoPE), 1.0 otherwise.
-        kind: "static" (frequencies fixed), "dynamic" (dynamic NTK), "longrope".
+        kind: "static" (frequencies fixed), or the name of a sequence-length dependent scaling type
+            (`ScalingType.seq_dependent`: "dynamic", "longrope"); see `seq_dependent`.
         turns: float64 `[r/2]`, the frequencies at `seq_len=None` (dynamic unscaled, longrope short).
         turns_long: longrope's long-factor frequencies (`seq_len > original`), else None.
         original: `original_max_position_embeddings` for dynamic/longrope, else None.
@@ -121,6 +121,11 @@ class RopePlan:
     def num_axes(self) -> int | None:
         """The size of the positions' leading axis for multi-axis RoPE, None for 1-D RoPE."""
         return None if self.mrope_section is None else len(self.mrope_section)
+
+    @property
+    def seq_dependent(self) -> bool:
+        """The frequencies depend on `seq_len = max(positions) + 1` (backends compute them in-graph)."""
+        return self.kind != "static"
 
     def turns_at(self, seq_len) -> np.ndarray:
         """The frequencies (in turns) for a sequence of `seq_len` positions (float64, NumPy)."""
@@ -151,8 +156,8 @@ def rope_plan(rotary_dim, *, base=10000.0, scaling=None, layout="half", mrope_se
     check_choice("layout", layout, ROPE_LAYOUTS)
     kind, params = resolve_scaling(scaling, rotary_dim=rotary_dim, base=base)
     inv_freq, scale = kind.inv_freq(rotary_dim, base, params, None)
-    fields = dict(rotary_dim=rotary_dim, layout=layout, attention_scale=float(scale), kind="static",
-                  turns=inv_freq / (2 * math.pi))
+    fields = dict(rotary_dim=rotary_dim, layout=layout, attention_scale=float(scale),
+                  kind=kind.name if kind.seq_dependent else "static", turns=inv_freq / (2 * math.pi))
     if kind.name == "longrope":
         original = params["original_max_position_embeddings"]
         long, _ = kind.inv_freq(rotary_dim, base, params, original + 1)
@@ -417,29 +422,10 @@ def permute_qk_rows(weight, num_heads, *, source, target, rotary_dim=None):
     `num_heads` is the number of heads this projection has (`num_key_value_heads` for k under GQA).
     """
     weight = np.asarray(weight)
+    head_dim = check_heads_divide(num_heads, weight.shape[0])
     num_heads = int(num_heads)
-    if num_heads < 1 or weight.shape[0] % num_heads:
-        raise ValueError(f"num_heads={num_heads} does not divide the weight's first axis {weight.shape[0]}")
-    head_dim = weight.shape[0] // num_heads
     perm = rope_permutation(head_dim, source=source, target=target, rotary_dim=rotary_dim)
     return weight.reshape(num_heads, head_dim, *weight.shape[1:])[:, perm].reshape(weight.shape)
-
-
-def split_float32(values, *, parts: int = 4, bits: int = 12) -> np.ndarray:
-    """Split float64 values into `parts` float32 pieces of at most `bits` significant bits each.
-
-    `sum(pieces)` equals `values` to ~`parts * bits` bits, and a piece times an integer below
-    `2 ** (24 - bits)` is exact in float32: the backbone of JAX's double-float angle reduction
-    (JAX has no float64 without x64). Returns `[parts, *values.shape]` float32.
-    """
-    rest = np.asarray(values, dtype=np.float64).copy()
-    pieces = []
-    for _ in range(parts):
-        mantissa, exponent = np.frexp(rest)
-        piece = np.ldexp(np.round(np.ldexp(mantissa, bits)), exponent - bits)
-        pieces.append(piece)
-        rest = rest - piece
-    return np.stack(pieces).astype(np.float32)
 
 
 def _load_config(config) -> dict:
@@ -538,19 +524,3 @@ def _mrope_from_config(config, params) -> dict:
         return {}
     forced = default is not None and default[1]
     return dict(mrope_section=[int(s) for s in section], mrope_interleaved=bool(interleaved) or forced)
-
-
-
-def rope_angle_error(cos, sin, positions, rotary_dim, *, base=10000.0, scaling=None) -> float:
-    """Max |angle error| (radians) of half-size cos/sin tables `[..., r/2]` against float64 angles.
-
-    The angle is read back as `atan2(sin, cos)` (the attention scale cancels) and compared modulo
-    2pi with `p * inv_freq` formed and reduced in float64. Used by the precision tests and
-    benchmarks/rope_precision.py.
-    """
-    positions = np.asarray(positions)
-    plan = rope_plan(rotary_dim, base=base, scaling=scaling)
-    turns = positions.astype(np.float64)[..., None] * plan.turns_at(int(positions.max()) + 1)
-    exact = (turns - np.round(turns)) * 2 * np.pi
-    got = np.arctan2(np.asarray(sin, np.float64), np.asarray(cos, np.float64))
-    return float(np.abs(np.angle(np.exp(1j * (got - exact)))).max())

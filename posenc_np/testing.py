@@ -26,13 +26,15 @@ tolerance near zero crossings of sin/cos would be meaningless. See docs/toleranc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._dtypes import dtype_name
+from .rope import rope_plan
 
-__all__ = ["Tolerance", "tolerance", "compare", "Comparison", "EPS32"]
+__all__ = ["Tolerance", "tolerance", "compare", "Comparison", "EPS32", "attention_tolerance", "rope_angle_error"]
 
 EPS32 = 2.0**-23
 _FINAL = {"float64": 0.0, "float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
@@ -121,3 +123,40 @@ def compare(actual, desired, tol: Tolerance) -> Comparison:
     else:
         ratio = 0.0 if max_err == 0 else float("inf")
     return Comparison(max_err, ratio, worst, tol.atol, tol.why, bool(max_err <= tol.atol))
+
+
+# --- measures for particular encodings (tests, `posenc check` cases, benchmarks) ----------------------
+
+def attention_tolerance(q, k, v, *, bias=None, scale=None, dtype="float32") -> tuple[Tolerance, Tolerance]:
+    """`(tol_out, tol_weights)` for a backend's attention against `attention` on the same inputs.
+
+    A backend forms each logit in float32 within about 1.5 eps32 * |logit| (product, sum, bias add).
+    softmax moves each weight, and each output element in units of max |v|, by at most 2 * max
+    |d logit|; so the logit magnitude plays the role of the angle in `posenc_np.testing.tolerance`:
+    max_angle = 2 * max |logit| (the policy's 2 * eps32 * angle then covers 4 eps32 |logit|). Large
+    ALiBi biases at long positions (|bias| ~ m * 8192) are what make this term matter.
+    """
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    logits = np.abs(scale * np.einsum("...qd,...kd->...qk", q, k))
+    if bias is not None:
+        finite = np.where(np.isfinite(bias), np.abs(np.asarray(bias, np.float64)), 0.0)
+        logits = logits + finite
+    max_logit = float(logits.max()) if logits.size else 0.0
+    return (tolerance(dtype, max_angle=2 * max_logit, scale=float(np.abs(v).max())),
+            tolerance(dtype, max_angle=2 * max_logit))
+
+
+def rope_angle_error(cos, sin, positions, rotary_dim, *, base=10000.0, scaling=None) -> float:
+    """Max |angle error| (radians) of half-size cos/sin tables `[..., r/2]` against float64 angles.
+
+    The angle is read back as `atan2(sin, cos)` (the attention scale cancels) and compared modulo
+    2pi with `p * inv_freq` formed and reduced in float64. Used by the precision tests and
+    benchmarks/rope_precision.py.
+    """
+    positions = np.asarray(positions)
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling)
+    turns = positions.astype(np.float64)[..., None] * plan.turns_at(int(positions.max()) + 1)
+    exact = (turns - np.round(turns)) * 2 * np.pi
+    got = np.arctan2(np.asarray(sin, np.float64), np.asarray(cos, np.float64))
+    return float(np.abs(np.angle(np.exp(1j * (got - exact)))).max())

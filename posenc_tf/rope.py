@@ -21,59 +21,72 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
-from ._common import as_tensor, register_serializable, resolve_dtype, spec_constant
-from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from ._common import as_tensor, register_serializable, resolve_dtype, spec_constant, spec_value
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
 
-_PLANS: dict = {}
+# The private skeleton below has the same names and roles in posenc_torch/rope.py and posenc_jax/rope.py:
+# _spec_plan, _plan, _check_positions, _turns, _half_cos_sin, _spec_table, _gather_or_compute, _rotate, _expand.
+
+_TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095); beyond it: computed
+
+
+def _spec_plan(rotary_dim, base, scaling, layout):
+    """The spec's `RopePlan` (validates the parameters), computed once per parameters."""
+    frozen = _freeze(scaling)
+    return spec_value(("rope_plan", rotary_dim, float(base), frozen, layout),
+                      lambda: rope_plan(rotary_dim, base=base, scaling=_thaw(frozen), layout=layout))
 
 
 def _plan(rotary_dim, base, scaling, layout):
-    """The spec's plan and its float64 constants, cached per parameters."""
-    key = ("rope", rotary_dim, float(base), _freeze(scaling), layout)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
-    const = lambda what, value: spec_constant(key + (what,), lambda: value, dtype=tf.float64)  # noqa: E731
-    arrays = {"turns": const("turns", plan.turns)}
+    """`(kind, consts)`: the plan's kind and its numbers as the constants the graph reads (float64
+    tensors for the frequencies in turns; Python numbers for lengths and factors)."""
+    plan = _spec_plan(rotary_dim, base, scaling, layout)
+    frozen = _freeze(scaling)
+
+    def const(field):
+        return spec_constant(("rope", rotary_dim, float(base), frozen, layout, field),
+                             lambda: getattr(plan, field), dtype=tf.float64)
+
+    consts = {"turns": const("turns"), "scale": const("attention_scale")}
     if plan.kind == "longrope":
-        arrays["long"] = const("long", plan.turns_long)
+        consts.update(turns_long=const("turns_long"), original=plan.original)
     if plan.kind == "dynamic":
-        arrays["exponent"] = const("exponent", plan.dynamic_exponent)
-    return plan, arrays
+        consts.update(exponent=const("dynamic_exponent"), original=plan.original, factor=plan.factor)
+    return plan.kind, consts
 
 
 def _check_positions(positions):
-    if not positions.dtype.is_integer:
-        raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype.name}")
+    check_integer_dtype("positions", positions.dtype.name, positions.dtype.is_integer)
 
 
-def _turns(positions, plan, arrays):
-    if plan.kind == "static":
-        return arrays["turns"]
+def _turns(positions, kind, consts):
+    """float64 frequencies in turns for this call, in-graph for the sequence-length dependent kinds."""
+    if kind == "static":
+        return consts["turns"]
     seq_len = tf.cast(tf.reduce_max(positions), tf.float64) + 1
-    if plan.kind == "longrope":
-        return tf.where(seq_len > plan.original, arrays["long"], arrays["turns"])
-    growth = plan.factor * tf.maximum(seq_len, float(plan.original)) / plan.original - (plan.factor - 1.0)
-    return arrays["turns"] * tf.pow(growth, arrays["exponent"])
+    if kind == "longrope":
+        return tf.where(seq_len > consts["original"], consts["turns_long"], consts["turns"])
+    factor, original = consts["factor"], float(consts["original"])
+    growth = factor * tf.maximum(seq_len, original) / original - (factor - 1.0)
+    return consts["turns"] * tf.pow(growth, consts["exponent"])
 
 
-def _half_cos_sin(positions, plan, arrays):
-    t = tf.cast(positions, tf.float64)[..., None] * _turns(positions, plan, arrays)
+def _half_cos_sin(positions, kind, consts):
+    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in float64."""
+    t = tf.cast(positions, tf.float64)[..., None] * _turns(positions, kind, consts)
     angle = tf.cast((t - tf.round(t)) * (2 * math.pi), tf.float32)
-    scale = tf.constant(plan.attention_scale, tf.float32)
+    scale = tf.cast(consts["scale"], tf.float32)
     return tf.cos(angle) * scale, tf.sin(angle) * scale
 
 
-_TABLE_ROWS = 4096
-
-
-def _table(rotary_dim, base, scaling):
+def _spec_table(rotary_dim, base, scaling):
     """`(cos, sin)` float32 `[4096, r/2]` of positions 0..4095 from the float64 spec, built once per parameters."""
     frozen = _freeze(scaling)
 
@@ -85,17 +98,22 @@ def _table(rotary_dim, base, scaling):
     return table[0], table[1]
 
 
-def _cached_cos_sin(positions, table, planned):
-    """Gather from `table` when every position lies inside it, else compute; a `tf.cond`, so XLA compiles
-    once for all positions and keeps the angle reduction out of the rotation's fused loop."""
-    rows = table[0].shape[0]
+def _gather_or_compute(positions, table, kind, consts):
+    """Half-size cos/sin: gathered from `table` (a `(cos, sin)` pair of `[rows, r/2]`, or None) when every
+    position lies inside it, else computed; a `tf.cond`, so XLA compiles once for all positions and keeps
+    the angle reduction out of the rotation's fused loop."""
+    if table is None or positions.shape.num_elements() == 0:
+        return _half_cos_sin(positions, kind, consts)
+    cos, sin = table
+    rows = cos.shape[0]
     inside = (tf.reduce_min(positions) >= 0) & (tf.reduce_max(positions) < rows)
     index = tf.clip_by_value(positions, 0, rows - 1)
-    return tf.cond(inside, lambda: (tf.gather(table[0], index), tf.gather(table[1], index)),
-                   lambda: _half_cos_sin(positions, *planned))
+    return tf.cond(inside, lambda: (tf.gather(cos, index), tf.gather(sin, index)),
+                   lambda: _half_cos_sin(positions, kind, consts))
 
 
 def _rotate(x, cos, sin, rotary_dim, layout):
+    """Rotate the first `rotary_dim` channels of `x` by half-size `cos`/`sin`, in float32 (float64 for float64 x)."""
     compute = tf.float64 if x.dtype == tf.float64 else tf.float32
     rot = tf.cast(x[..., :rotary_dim], compute)
     cos, sin = tf.cast(cos, compute), tf.cast(sin, compute)
@@ -110,6 +128,11 @@ def _rotate(x, cos, sin, rotary_dim, layout):
     return tf.concat([out, x[..., rotary_dim:]], axis=-1)
 
 
+def _expand(half, layout):
+    """`[..., r/2]` per-pair values to `[..., r]` channels of the layout."""
+    return tf.concat([half, half], -1) if layout == "half" else tf.repeat(half, 2, axis=-1)
+
+
 def _check_shapes(x, positions):
     if None not in tuple(x.shape) and None not in tuple(positions.shape):  # symbolic Keras shapes skip it
         check_rope_shapes(tuple(x.shape), tuple(positions.shape))
@@ -120,9 +143,9 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
     `seq_len` may be an int or a (symbolic) integer tensor; frequencies are formed in float64.
     """
-    plan, arrays = _plan(rotary_dim, base, scaling, "half")
-    turns = arrays["turns"] if seq_len is None else _turns(as_tensor(seq_len) - 1, plan, arrays)
-    return tf.cast(turns * (2 * math.pi), tf.float32), plan.attention_scale
+    kind, consts = _plan(rotary_dim, base, scaling, "half")
+    turns = consts["turns"] if seq_len is None else _turns(as_tensor(seq_len) - 1, kind, consts)
+    return tf.cast(turns * (2 * math.pi), tf.float32), _spec_plan(rotary_dim, base, scaling, "half").attention_scale
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
@@ -132,9 +155,8 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
     positions = as_tensor(positions)
     _check_positions(positions)
     cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout))
-    expand = (lambda t: tf.concat([t, t], -1)) if layout == "half" else (lambda t: tf.repeat(t, 2, axis=-1))
     dtype = resolve_dtype(dtype)
-    return tf.cast(expand(cos), dtype), tf.cast(expand(sin), dtype)
+    return tf.cast(_expand(cos, layout), dtype), tf.cast(_expand(sin, layout), dtype)
 
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
@@ -146,11 +168,9 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
     _check_shapes(x, positions)
-    planned = _plan(rotary_dim, base, scaling, layout)
-    if planned[0].kind == "static" and positions.shape.num_elements() != 0:
-        cos, sin = _cached_cos_sin(positions, _table(rotary_dim, base, scaling), planned)
-    else:
-        cos, sin = _half_cos_sin(positions, *planned)
+    kind, consts = _plan(rotary_dim, base, scaling, layout)
+    table = _spec_table(rotary_dim, base, scaling) if kind == "static" else None
+    cos, sin = _gather_or_compute(positions, table, kind, consts)
     return _rotate(x, cos, sin, rotary_dim, layout)
 
 
@@ -162,9 +182,7 @@ def rope_permutation(head_dim, *, source, target, rotary_dim=None):
 def permute_qk_rows(weight, num_heads, *, source, target, rotary_dim=None):
     """Permute every head's rows of a `[num_heads * head_dim, ...]` q/k weight; see `posenc_np.permute_qk_rows`."""
     weight = as_tensor(weight)
-    if num_heads < 1 or weight.shape[0] % num_heads:
-        raise ValueError(f"num_heads={num_heads} does not divide the weight's first axis {weight.shape[0]}")
-    head_dim = weight.shape[0] // num_heads
+    head_dim = check_heads_divide(num_heads, weight.shape[0])
     perm = rope_permutation(head_dim, source=source, target=target, rotary_dim=rotary_dim)
     per_head = tf.reshape(weight, [num_heads, head_dim, *weight.shape[1:]])
     return tf.reshape(tf.gather(per_head, perm, axis=1), tf.shape(weight))
@@ -174,13 +192,13 @@ def permute_qk_rows(weight, num_heads, *, source, target, rotary_dim=None):
 class RotaryEmbedding(keras.layers.Layer):
     """`apply_rope` as a Keras 3 layer; called with `(x, positions)`, returns a tensor like `x`.
 
-    With `max_len` (and a length-independent scaling) a float32 cos/sin cache `[max_len, r/2]`
-    computed by the float64 spec is held as a constant (not a weight): a call whose positions all lie
-    in `[0, max_len)` gathers from it, otherwise the angles are computed; the choice is a `tf.cond`, so
-    XLA compiles once for every length. The output dtype follows `x` (inputs are not autocast to the
-    dtype policy: in a mixed_bfloat16 model `x` arrives in bfloat16 and is rotated in float32);
-    positions, frequencies and angles are never cast to the policy.
-    `get_config` holds every constructor argument.
+    Cache policy (the same in every backend): a float32 cos/sin table computed by the float64 spec,
+    `[max_len, r/2]` held as a constant (not a weight) when `max_len` is given, else `apply_rope`'s
+    shared 4096-row table. A call whose positions all lie inside it gathers, otherwise the angles are
+    computed; the choice is a `tf.cond`, so XLA compiles once for every length. `dynamic`/`longrope`
+    always compute. The output dtype follows `x` (inputs are not autocast to the dtype policy: in a
+    mixed_bfloat16 model `x` arrives in bfloat16 and is rotated in float32); positions, frequencies
+    and angles are never cast to the policy. `get_config` holds every constructor argument.
     """
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
@@ -189,35 +207,35 @@ class RotaryEmbedding(keras.layers.Layer):
         self._convert_input_args = False  # the output follows x's dtype, as apply_rope's does; no autocast
         self._allow_non_tensor_positional_args = True  # NumPy x / positions, converted in call
         self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
-        self._config = dict(rotary_dim=rotary_dim, base=float(base), layout=layout, scaling=scaling, max_len=max_len,
-                            rotary_pct=rotary_pct, head_dim=head_dim)
-        plan = rope_plan(self.rotary_dim, base=base, scaling=scaling, layout=layout)
+        self.rotary_pct, self.head_dim = rotary_pct, head_dim
+        self.base, self.layout, self.scaling, self.max_len = float(base), layout, scaling, max_len
+        plan = _spec_plan(self.rotary_dim, self.base, scaling, layout)
         self._cache = None
         if max_len is not None and plan.kind == "static":
             cos, sin = spec_rope_cos_sin(range(int(max_len)), self.rotary_dim, base=base, scaling=scaling)
             half = self.rotary_dim // 2
-            with tf.init_scope():
+            with tf.init_scope():  # eager constants, also when the layer is built inside a tf.function
                 self._cache = (tf.constant(cos[:, :half], tf.float32), tf.constant(sin[:, :half], tf.float32))
 
     def call(self, x, positions):
-        cfg = self._config
         x = as_tensor(x)
-        if cfg["head_dim"] is not None and x.shape[-1] != cfg["head_dim"]:
-            raise ValueError(f"x has {x.shape[-1]} channels, this RotaryEmbedding was built for head_dim={cfg['head_dim']}")
-        if self.rotary_dim > x.shape[-1]:
-            raise ValueError(f"rotary_dim={self.rotary_dim} is larger than the head dim {x.shape[-1]}")
+        check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
         positions = as_tensor(positions)
         _check_positions(positions)
         _check_shapes(x, positions)
-        planned = _plan(self.rotary_dim, cfg["base"], cfg["scaling"], cfg["layout"])
-        if self._cache is None:
-            cos, sin = _half_cos_sin(positions, *planned)
+        kind, consts = _plan(self.rotary_dim, self.base, self.scaling, self.layout)
+        if kind != "static":
+            table = None
         else:
-            cos, sin = _cached_cos_sin(positions, self._cache, planned)
-        return _rotate(x, cos, sin, self.rotary_dim, cfg["layout"])
+            table = self._cache or _spec_table(self.rotary_dim, self.base, self.scaling)
+        cos, sin = _gather_or_compute(positions, table, kind, consts)
+        return _rotate(x, cos, sin, self.rotary_dim, self.layout)
 
     def compute_output_shape(self, x_shape, positions_shape=None):
         return x_shape
 
     def get_config(self):
-        return {**super().get_config(), **self._config}
+        rotary_dim = None if self.rotary_pct is not None else self.rotary_dim  # as given: one of the two
+        return {**super().get_config(), "rotary_dim": rotary_dim, "base": self.base, "layout": self.layout,
+                "scaling": self.scaling, "max_len": self.max_len, "rotary_pct": self.rotary_pct,
+                "head_dim": self.head_dim}

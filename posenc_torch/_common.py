@@ -51,12 +51,22 @@ def is_tracing(x=None) -> bool:
 _VALUES: dict = {}
 
 
+@torch.compiler.assume_constant_result
 def spec_value(key, make):
-    """`make()` (NumPy arrays or Python values computed by the spec from parameters), once per `key`.
+    """`make()` (Python values computed by the spec from parameters: numbers, strings, tuples, or NumPy
+    arrays for `spec_constant`), once per `key`.
 
-    `make` must close over Python values only (no tensors); `key` must be hashable and name every
-    parameter `make` reads.
+    `make` must close over Python values only (no tensors, no arrays); `key` must be hashable and name
+    every parameter `make` reads. Under torch.compile Dynamo runs it at trace time and bakes the result
+    in, so the spec's NumPy code is never traced; a result read by traced code must be Python values.
     """
+    if key not in _VALUES:
+        _VALUES[key] = make()
+    return _VALUES[key]
+
+
+def _spec_array(key, make):
+    """`spec_value` outside Dynamo's view (called only by `_constant_name`, which runs at trace time)."""
     if key not in _VALUES:
         _VALUES[key] = make()
     return _VALUES[key]
@@ -79,7 +89,7 @@ def _constant_name(key, make, dtype, device: str) -> str:
     runs this at trace time (the spec is never traced) and keeps only the returned name."""
     full_key = (key, dtype, device)
     if full_key not in _NAMES:
-        value = torch.as_tensor(np.asarray(spec_value(key, make)), dtype=dtype,
+        value = torch.as_tensor(np.asarray(_spec_array(key, make)), dtype=dtype,
                                 device=None if device == "None" else torch.device(device))
         if not _is_concrete(value):
             return ""
@@ -95,7 +105,7 @@ def spec_constant(key, make, *, dtype=torch.float32, device=None) -> torch.Tenso
     name = _constant_name(key, make, dtype, str(device))
     if name:
         return getattr(_CONSTANTS, name)
-    return torch.as_tensor(np.asarray(spec_value(key, make)), dtype=dtype, device=device)
+    return torch.as_tensor(np.asarray(_spec_array(key, make)), dtype=dtype, device=device)
 
 
 def position_pair(q_positions, k_positions, *, integer: bool):

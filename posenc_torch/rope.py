@@ -11,8 +11,8 @@ and new positions never recompile.
 
 Speed (docs/performance.md): for the other scalings, cos/sin come from a float32 table computed once
 by the float64 spec per (parameters, device) and gathered by position, when every position lies in
-`[0, rows)` (rows: 4096, doubled on demand up to 65536 by eager calls); other positions take the precise
-in-graph reduction above. Eager rotation writes into one preallocated output with fused `mul` /
+`[0, 4096)`; other positions take the precise in-graph reduction above (the same fixed table in every
+backend, never grown by a call). Eager rotation writes into one preallocated output with fused `mul` /
 `addcmul` on the half-size tables (no `rotate_half`, no `cat`); compiled, Inductor fuses the
 functional form into one kernel. `apply_rope(..., out=t)` writes into `t` (in place when `out is x`).
 """
@@ -24,116 +24,134 @@ import math
 import numpy as np
 import torch
 
+from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
-from ._common import as_tensor, resolve_dtype, spec_constant
-from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from ._common import as_tensor, is_tracing, resolve_dtype, spec_constant, spec_value
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
 
+# The private skeleton below has the same names and roles in posenc_tf/rope.py and posenc_jax/rope.py:
+# _spec_plan, _plan, _check_positions, _turns, _half_cos_sin, _spec_table, _gather_or_compute, _rotate, _expand.
 
-class _Plan:
-    """The spec's `RopePlan` as float64 tensors on one device."""
+_TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095); beyond it: computed
 
-    def __init__(self, rotary_dim, base, scaling, layout, device):
-        frozen = _freeze(scaling)
 
-        def const(what):
-            return spec_constant(("rope", rotary_dim, float(base), frozen, layout, what),
-                                 lambda: np.atleast_1d(getattr(rope_plan(rotary_dim, base=base, scaling=_thaw(frozen),
-                                                                         layout=layout), what)),
-                                 dtype=torch.float64, device=device)
+_PLANS: dict = {}  # spec plans: NumPy values only
 
-        self.turns = const("turns")
-        self.scale = const("attention_scale")
-        # `kind` decides the graph, so it is read from the (static) dict, after the spec validated it.
-        name = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-        self.kind = name if name in ("dynamic", "longrope") else "static"
-        self.original = scaling["original_max_position_embeddings"] if self.kind != "static" else None
-        if self.kind == "longrope":
-            self.turns_long = const("turns_long")
-        if self.kind == "dynamic":
-            self.factor = float(scaling["factor"])
-            self.exponent = const("dynamic_exponent")
+
+def _spec_plan(rotary_dim, base, scaling, layout):
+    """The spec's `RopePlan` (validates the parameters), computed once per parameters. Called outside
+    traces only (module construction, `make` functions); traced code reads `_plan`'s values."""
+    key = (rotary_dim, float(base), _freeze(scaling), layout)
+    if key not in _PLANS:
+        _PLANS[key] = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+    return _PLANS[key]
+
+
+def _plan_field(rotary_dim, base, frozen, layout, field):
+    value = getattr(_spec_plan(rotary_dim, base, _thaw(frozen), layout), field)
+    return np.atleast_1d(value) if isinstance(value, np.ndarray) else value
+
+
+def _plan(rotary_dim, base, scaling, layout, device=None):
+    """`(kind, consts)`: the plan's kind and its numbers as the constants the graph reads (float64
+    tensors on `device` for the frequencies in turns; Python numbers for lengths and factors).
+
+    Every `make` below closes over Python values only, so under torch.compile Dynamo runs it at trace
+    time as a constant function and never traces the spec.
+    """
+    key = ("rope", rotary_dim, float(base), _freeze(scaling), layout)
+    frozen = key[3]
+    kind, original, factor = spec_value(key + ("scalars",), lambda: tuple(
+        _plan_field(rotary_dim, base, frozen, layout, f) for f in ("kind", "original", "factor")))
+
+    def const(field):
+        return spec_constant(key + (field,), lambda: np.atleast_1d(_plan_field(rotary_dim, base, frozen, layout, field)),
+                             dtype=torch.float64, device=device)
+
+    consts = {"turns": const("turns"), "scale": const("attention_scale")}
+    if kind == "longrope":
+        consts.update(turns_long=const("turns_long"), original=original)
+    if kind == "dynamic":
+        consts.update(exponent=const("dynamic_exponent"), original=original, factor=factor)
+    return kind, consts
 
 
 def _check_positions(positions):
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+    check_integer_dtype("positions", positions.dtype, not (
+        positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool))
 
 
-def _turns(positions, kind, turns, original=None, turns_long=None, factor=None, exponent=None):
-    """float64 frequencies in turns, in-graph for the sequence-length dependent kinds."""
+def _turns(positions, kind, consts):
+    """float64 frequencies in turns for this call, in-graph for the sequence-length dependent kinds."""
     if kind == "static":
-        return turns
+        return consts["turns"]
     seq_len = positions.max().to(torch.float64) + 1
     if kind == "longrope":
-        return torch.where(seq_len > original, turns_long, turns)
+        return torch.where(seq_len > consts["original"], consts["turns_long"], consts["turns"])
+    factor, original = consts["factor"], consts["original"]
     growth = factor * torch.clamp(seq_len, min=original) / original - (factor - 1.0)
-    return turns * growth ** exponent
+    return consts["turns"] * growth ** consts["exponent"]
 
 
-def _half_cos_sin(positions, turns, scale):
-    """`[..., r/2]` float32 cos and sin (scale folded in) with the angle reduced in float64."""
-    t = positions.to(torch.float64)[..., None] * turns
+def _half_cos_sin(positions, kind, consts):
+    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in float64."""
+    t = positions.to(torch.float64)[..., None] * _turns(positions, kind, consts)
     angle = ((t - torch.round(t)) * (2 * math.pi)).to(torch.float32)
-    scale = scale.to(torch.float32)
+    scale = consts["scale"].to(torch.float32)
     return torch.cos(angle) * scale, torch.sin(angle) * scale
 
 
-def _plan_cos_sin(positions, plan: _Plan):
-    turns = _turns(positions, plan.kind, plan.turns, plan.original, getattr(plan, "turns_long", None),
-                   getattr(plan, "factor", None), getattr(plan, "exponent", None))
-    return _half_cos_sin(positions, turns, plan.scale)
+def _spec_table(rotary_dim, base, scaling, device=None):
+    """`(cos, sin)` float32 `[4096, r/2]` of positions 0..4095 from the float64 spec, built once per
+    parameters and device (under torch.compile at trace time, held by the graph as a constant). Two
+    separate tensors: `torch.cond` refuses operands that are views of one."""
+    frozen = _freeze(scaling)
+
+    def const(which):
+        return spec_constant(("rope_table", rotary_dim, float(base), frozen, which),
+                             lambda: _table_half(rotary_dim, base, frozen, which), device=device)
+
+    return const(0), const(1)
 
 
-_MIN_ROWS, _MAX_ROWS = 4096, 65536
-_TABLES: dict = {}
+def _table_half(rotary_dim, base, frozen, which):
+    table = spec_rope_cos_sin(np.arange(_TABLE_ROWS), rotary_dim, base=base, scaling=_thaw(frozen))[which]
+    return table[:, : rotary_dim // 2]
 
 
-@torch.compiler.assume_constant_result
-def _table(key, rows=_MIN_ROWS):
-    """`(cos, sin)` float32 `[rows', r/2]` (rows' >= rows when rows <= _MAX_ROWS) from the float64 spec, cached.
+def _gather_or_compute(positions, table, kind, consts):
+    """Half-size cos/sin: gathered from `table` (a `(cos, sin)` pair of `[rows, r/2]`, or None) when every
+    position lies inside it, else computed.
 
-    Under torch.compile this runs at trace time and the graph holds the tensors as constants, so
-    the spec is never traced and a compiled call never rebuilds the table.
+    Eager: one host read of min/max decides. Compiled: `torch.cond` holds both branches, so a new
+    position never recompiles.
     """
-    rotary_dim, base, frozen, device = key
-    table = _TABLES.get(key)
-    if table is None or (table[0].shape[0] < rows <= _MAX_ROWS):
-        rows = max(_MIN_ROWS, 1 << (rows - 1).bit_length())
-        cos, sin = spec_rope_cos_sin(np.arange(rows), rotary_dim, base=base, scaling=_thaw(frozen))
-        half = rotary_dim // 2
-        table = _TABLES[key] = tuple(torch.as_tensor(t[:, :half], dtype=torch.float32, device=device)
-                                     for t in (cos, sin))
-    return table
+    if table is None or positions.numel() == 0:
+        return _half_cos_sin(positions, kind, consts)
+    cos, sin = table
+    rows = cos.shape[0]
 
+    def gather(p, c, s):
+        index = p.long().clamp(0, rows - 1)
+        return c[index], s[index]
 
-def _gather(positions, cos, sin):
-    index = positions.clamp(0, cos.shape[0] - 1)
-    return cos[index], sin[index]
-
-
-def _fast_cos_sin(positions, rotary_dim, base, scaling, computed):
-    """Half-size cos/sin: gathered from the spec table when all positions are inside it, else `computed(positions)`.
-
-    Eager: one host read of min/max decides (and grows the table up to _MAX_ROWS rows). Compiled:
-    `torch.cond` holds both branches, so a new position never recompiles.
-    """
-    key = (rotary_dim, float(base), _freeze(scaling), str(positions.device))
-    if torch.compiler.is_compiling():
-        cos, sin = _table(key)
-        inside = (positions.min() >= 0) & (positions.max() < cos.shape[0])
-        return torch.cond(inside, lambda p, c, s: _gather(p, c, s), lambda p, c, s: computed(p), (positions, cos, sin))
-    if positions.numel() == 0:
-        return computed(positions)
+    if is_tracing():
+        inside = (positions.min() >= 0) & (positions.max() < rows)
+        return torch.cond(inside, gather, lambda p, c, s: _half_cos_sin(p, kind, consts), (positions, cos, sin))
     low, high = (int(v) for v in torch.aminmax(positions))  # one host read
-    cos, sin = _table(key, high + 1)
-    if low >= 0 and high < cos.shape[0]:
-        return _gather(positions, cos, sin)
-    return computed(positions)
+    if low >= 0 and high < rows:
+        return gather(positions, cos, sin)
+    return _half_cos_sin(positions, kind, consts)
+
+
+def _expand(half, layout):
+    """`[..., r/2]` per-pair values to `[..., r]` channels of the layout."""
+    return torch.cat([half, half], -1) if layout == "half" else half.repeat_interleave(2, -1)
 
 
 def _check_out(x, out):
@@ -141,7 +159,7 @@ def _check_out(x, out):
         got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ValueError(f"out must be a tensor of x's shape, dtype and device {(tuple(x.shape), x.dtype, x.device)}, "
                          f"got {got}")
-    if out is not x and not torch.compiler.is_compiling() and (
+    if out is not x and not is_tracing() and (
             out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
         raise ValueError("out shares memory with x without being x; pass out=x for an in-place rotation")
 
@@ -215,7 +233,7 @@ def _rotate_eager(x, cos, sin, rotary_dim, layout, out):
 def _rotate(x, cos, sin, rotary_dim, layout, out=None):
     """Rotate the first `rotary_dim` channels of `x` by half-size float32 `cos`/`sin` (into `out` if given)."""
     differentiable = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)
-    if not torch.compiler.is_compiling() and not differentiable:
+    if not is_tracing() and not differentiable:
         return _rotate_eager(x, cos, sin, rotary_dim, layout, out)
     result = _rotate_functional(x, cos, sin, rotary_dim, layout)
     return result if out is None else out.copy_(result)
@@ -245,14 +263,12 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
     `seq_len` may be an int or a (traced) integer tensor; frequencies are formed in float64 and rounded once.
     """
-    plan = _Plan(rotary_dim, base, scaling, "half", None)
-    if seq_len is None:
-        turns = plan.turns
-    else:
-        seq_len = as_tensor(seq_len)
-        turns = _turns(seq_len - 1, plan.kind, plan.turns, plan.original, getattr(plan, "turns_long", None),
-                       getattr(plan, "factor", None), getattr(plan, "exponent", None))
-    return (turns * (2 * math.pi)).to(torch.float32), rope_plan(rotary_dim, base=base, scaling=scaling).attention_scale
+    kind, consts = _plan(rotary_dim, base, scaling, "half")
+    turns = consts["turns"] if seq_len is None else _turns(as_tensor(seq_len) - 1, kind, consts)
+    frozen = _freeze(scaling)
+    scale = spec_value(("rope", rotary_dim, float(base), frozen, "half", "scale"),
+                       lambda: float(_plan_field(rotary_dim, base, frozen, "half", "attention_scale")))
+    return (turns * (2 * math.pi)).to(torch.float32), scale
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
@@ -261,10 +277,9 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    cos, sin = _plan_cos_sin(positions, _Plan(rotary_dim, base, scaling, layout, positions.device))
-    expand = (lambda t: torch.cat([t, t], -1)) if layout == "half" else (lambda t: t.repeat_interleave(2, -1))
+    cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout, positions.device))
     dtype = resolve_dtype(dtype)
-    return expand(cos).to(dtype), expand(sin).to(dtype)
+    return _expand(cos, layout).to(dtype), _expand(sin, layout).to(dtype)
 
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
@@ -285,11 +300,9 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     check_rope_shapes(x.shape, positions.shape)
     if out is not None:
         _check_out(x, out)
-    plan = _Plan(rotary_dim, base, scaling, layout, x.device)
-    if plan.kind == "static":
-        cos, sin = _fast_cos_sin(positions, rotary_dim, base, scaling, lambda p: _plan_cos_sin(p, plan))
-    else:
-        cos, sin = _plan_cos_sin(positions, plan)
+    kind, consts = _plan(rotary_dim, base, scaling, layout, x.device)
+    table = _spec_table(rotary_dim, base, scaling, x.device) if kind == "static" else None
+    cos, sin = _gather_or_compute(positions, table, kind, consts)
     return _rotate(x, cos, sin, rotary_dim, layout, out)
 
 
@@ -300,9 +313,7 @@ def rope_permutation(head_dim, *, source, target, rotary_dim=None):
 
 def permute_qk_rows(weight, num_heads, *, source, target, rotary_dim=None):
     """Permute every head's rows of a `[num_heads * head_dim, ...]` q/k weight; see `posenc_np.permute_qk_rows`."""
-    if num_heads < 1 or weight.shape[0] % num_heads:
-        raise ValueError(f"num_heads={num_heads} does not divide the weight's first axis {weight.shape[0]}")
-    head_dim = weight.shape[0] // num_heads
+    head_dim = check_heads_divide(num_heads, weight.shape[0])
     perm = rope_permutation(head_dim, source=source, target=target, rotary_dim=rotary_dim).to(weight.device)
     return weight.reshape(num_heads, head_dim, *weight.shape[1:])[:, perm].reshape(weight.shape)
 
@@ -312,16 +323,16 @@ class RotaryEmbedding(torch.nn.Module):
 
     Buffers (all non-persistent, so the state dict is empty): `inv_freq` (float32, for inspection),
     the float64 frequencies in turns, and with `max_len` a float32 cos/sin cache of `max_len` rows
-    (`[max_len, r/2]`, computed by the float64 spec, hence correctly rounded). Casting the module
-    (`.to(torch.bfloat16)`, `.half()`) moves these buffers between devices but never lowers their
-    precision; the output dtype follows `x`.
+    (`cos_cache`, `sin_cache`, `[max_len, r/2]`, computed by the float64 spec, hence correctly
+    rounded). Casting the module (`.to(torch.bfloat16)`, `.half()`) moves these buffers between
+    devices but never lowers their precision; the output dtype follows `x`.
 
-    Cache use: positions inside `[0, max_len)` are gathered from the cache; if any position lies
-    outside, the whole call computes its angles directly (float64 reduction, same accuracy). Eager
-    calls decide with one host read; compiled calls use `torch.cond`, so the graph holds both paths and
-    never recompiles for a new length. Without `max_len` the module shares `apply_rope`'s spec table
-    (same rule: gathered inside it, computed outside). `dynamic` and `longrope` scaling depend on the
-    sequence length and always compute directly (no cache).
+    Cache policy (the same in every backend): the table is the module's `max_len` rows, or without
+    `max_len` `apply_rope`'s shared 4096-row spec table; it never grows. Positions inside it are
+    gathered; if any position lies outside, the whole call computes its angles directly (float64
+    reduction, same accuracy). Eager calls decide with one host read; compiled calls use
+    `torch.cond`, so the graph holds both paths and never recompiles for a new length. `dynamic` and
+    `longrope` scaling depend on the sequence length and always compute directly (no table).
 
     `rotary_pct` (GPT-NeoX) needs `head_dim`; `rotary_dim = int(head_dim * rotary_pct)`.
     """
@@ -330,9 +341,9 @@ class RotaryEmbedding(torch.nn.Module):
                  head_dim=None):
         super().__init__()
         self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
-        self._spec = rope_plan(self.rotary_dim, base=base, scaling=scaling, layout=layout)
         self.base, self.layout, self.scaling, self.max_len = float(base), layout, scaling, max_len
         self.head_dim = head_dim
+        self._spec = _spec_plan(self.rotary_dim, self.base, scaling, layout)
         if max_len is not None and self._spec.kind == "static":
             cos, sin = spec_rope_cos_sin(range(int(max_len)), self.rotary_dim, base=base, scaling=scaling)
             self._cache = (cos[:, : self.rotary_dim // 2], sin[:, : self.rotary_dim // 2])
@@ -344,7 +355,7 @@ class RotaryEmbedding(torch.nn.Module):
         """(Re)create the buffers from the float64 plan in their own dtypes (also after `.to(...)`)."""
         spec = self._spec
         buffers = {"inv_freq": (spec.turns * 2 * math.pi, torch.float32), "turns": (spec.turns, torch.float64),
-                   "scale": (spec.attention_scale, torch.float64)}
+                   "scale": (np.atleast_1d(spec.attention_scale), torch.float64)}
         if spec.kind == "longrope":
             buffers["turns_long"] = (spec.turns_long, torch.float64)
         if spec.kind == "dynamic":
@@ -360,33 +371,27 @@ class RotaryEmbedding(torch.nn.Module):
         self._build(self.turns.device)  # keep float64/float32 whatever dtype `fn` cast to
         return self
 
-    def _computed(self, positions):
-        turns = _turns(positions, self._spec.kind, self.turns, self._spec.original, getattr(self, "turns_long", None),
-                       self._spec.factor, getattr(self, "exponent", None))
-        return _half_cos_sin(positions, turns, self.scale)
-
-    def _gathered(self, positions):
-        index = positions.long().clamp(0, self.cos_cache.shape[0] - 1)
-        return self.cos_cache[index], self.sin_cache[index]
+    def _consts(self):
+        """The `consts` of `_plan`, read from this module's buffers (on the module's device)."""
+        consts = {"turns": self.turns, "scale": self.scale}
+        if self._spec.kind == "longrope":
+            consts.update(turns_long=self.turns_long, original=self._spec.original)
+        if self._spec.kind == "dynamic":
+            consts.update(exponent=self.exponent, original=self._spec.original, factor=self._spec.factor)
+        return consts
 
     def forward(self, x, positions):
-        if self.head_dim is not None and x.shape[-1] != self.head_dim:
-            raise ValueError(f"x has {x.shape[-1]} channels, this RotaryEmbedding was built for head_dim={self.head_dim}")
-        if self.rotary_dim > x.shape[-1]:
-            raise ValueError(f"rotary_dim={self.rotary_dim} is larger than the head dim {x.shape[-1]}")
+        check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
         positions = as_tensor(positions, device=x.device)
         _check_positions(positions)
         check_rope_shapes(x.shape, positions.shape)
-        if self._cache is None and self._spec.kind == "static":
-            cos, sin = _fast_cos_sin(positions, self.rotary_dim, self.base, self.scaling, self._computed)
-        elif self._cache is None:
-            cos, sin = self._computed(positions)
+        if self._spec.kind != "static":
+            table = None
+        elif self._cache is not None:
+            table = (self.cos_cache, self.sin_cache)
         else:
-            inside = (positions.min() >= 0) & (positions.max() < self.cos_cache.shape[0])
-            if torch.compiler.is_compiling():
-                cos, sin = torch.cond(inside, self._gathered, self._computed, (positions,))
-            else:
-                cos, sin = self._gathered(positions) if bool(inside) else self._computed(positions)
+            table = _spec_table(self.rotary_dim, self.base, self.scaling, x.device)
+        cos, sin = _gather_or_compute(positions, table, self._spec.kind, self._consts())
         return _rotate(x, cos, sin, self.rotary_dim, self.layout)
 
     def extra_repr(self):

@@ -23,11 +23,11 @@ import numpy as np
 
 from posenc_np._dtypes import numpy_dtype
 from posenc_np.alibi import alibi_bias
-from posenc_np.attention import attention_tolerance, causal_mask
+from posenc_np.attention import causal_mask
 from posenc_np.conventions import conventions
 from posenc_np.relative import relative_embeddings
 from posenc_np.t5 import t5_bias
-from posenc_np.testing import Tolerance, tolerance
+from posenc_np.testing import Tolerance, attention_tolerance, tolerance
 from .registry import Case, register
 
 HEADS = 12  # not a power of two: exercises the slope interleaving rule

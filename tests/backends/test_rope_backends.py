@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import posenc_np as pn
-from posenc_np.rope import rope_angle_error, rope_plan
-from posenc_np.testing import compare, tolerance
+from posenc_np.rope import rope_plan
+from posenc_np.testing import compare, rope_angle_error, tolerance
 
 PRECISION_POSITIONS = (10_000, 100_000, 1_000_000, 16_000_000)
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

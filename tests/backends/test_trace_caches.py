@@ -19,8 +19,7 @@ import pytest
 
 import posenc_np as pn
 from posenc_np._dtypes import numpy_dtype
-from posenc_np.attention import attention_tolerance
-from posenc_np.testing import compare, tolerance
+from posenc_np.testing import attention_tolerance, compare, tolerance
 
 _FRESH = itertools.count(1)
 
