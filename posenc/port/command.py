@@ -71,9 +71,28 @@ def _rope_settings(args, scaling):
             found = scaling_from_hf_config(args.hf_config)
         except (ValueError, TypeError) as error:
             raise UsageError(f"--hf-config: {error}") from None
-    return dict(base=float(args.rope_theta or found.get("base") or 10000.0),
-                scaling=scaling if scaling is not None else found.get("scaling"),
-                rotary_dim=args.rotary_dim or found.get("rotary_dim"))
+    settings = dict(base=float(args.rope_theta or found.get("base") or 10000.0),
+                    scaling=scaling if scaling is not None else found.get("scaling"),
+                    rotary_dim=args.rotary_dim or found.get("rotary_dim"))
+    section = _mrope_section(args) or found.get("mrope_section")
+    if section is None and getattr(args, "mrope_interleaved", False):
+        raise UsageError("--mrope-interleaved needs --mrope-section (or an --hf-config with mrope_section)")
+    if section is not None:  # multi-axis RoPE: flags first, else the config's (Qwen2-VL / Qwen3-VL)
+        settings.update(mrope_section=section,
+                        mrope_interleaved=bool(getattr(args, "mrope_interleaved", False) or
+                                               (not _mrope_section(args) and found.get("mrope_interleaved"))))
+    return settings
+
+
+def _mrope_section(args):
+    """--mrope-section T,H,W parsed (None when not given)."""
+    text = getattr(args, "mrope_section", None)
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--mrope-section {text!r} must be comma-separated pair counts, e.g. 16,24,24") from None
 
 
 _CONVERSION_FLAGS = ("rename", "drop", "transpose", "split_qkv", "strip_offset", "add_offset", "resize", "reverse",
@@ -104,7 +123,7 @@ def cmd_port(args) -> int:
             raise UsageError("--resize-positions belongs to the BERT presets; use --resize GLOB=LEN otherwise")
         rules = rules_from_args(args)
         rope = sidecar = None
-        if rules.rope_from or args.rope_theta or scaling is not None or args.hf_config:
+        if rules.rope_from or args.rope_theta or scaling is not None or args.hf_config or args.mrope_section or args.mrope_interleaved:
             settings = _rope_settings(args, scaling)
             if rules.rope_from:
                 rope = dict(settings, source=rules.rope_from, target=rules.rope_to)
@@ -161,6 +180,9 @@ def add_parser(subparsers) -> None:
     g.add_argument("--rope-theta", type=float, help="RoPE base, for verification and the sidecar")
     g.add_argument("--rope-scaling", metavar="JSON", help="HF rope_scaling dict, for verification and the sidecar")
     g.add_argument("--hf-config", metavar="CONFIG_JSON", help="read base, scaling and rotary dim from an HF config")
+    g.add_argument("--mrope-section", metavar="T,H,W", help="multi-axis RoPE pairs per axis (Qwen2-VL 16,24,24); "
+                                                           "verified on text, image and video positions")
+    g.add_argument("--mrope-interleaved", action="store_true", help="Qwen3-VL's interleaved sections")
     g.add_argument("--strip-offset", action="append", metavar="GLOB=N",
                    help="drop the first N rows of a position table (RoBERTa/fairseq 2 -> 0-based)")
     g.add_argument("--add-offset", action="append", metavar="GLOB=N",

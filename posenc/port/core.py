@@ -86,10 +86,16 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
     return PortResult(source, target, final, verified, entries, checks, sidecar_path, rope)
 
 
-def rope_sidecar(*, layout, base, rotary_dim, scaling, num_heads, num_kv_heads, source_layout) -> dict:
-    """The `TARGET.rope.json` sidecar: the RoPE settings a loader of TARGET needs, next to the weights."""
-    return {"rope": {"layout": layout, "base": base, "rotary_dim": rotary_dim, "scaling": scaling,
-                     "num_heads": num_heads, "num_kv_heads": num_kv_heads, "source_layout": source_layout}}
+def rope_sidecar(*, layout, base, rotary_dim, scaling, num_heads, num_kv_heads, source_layout, mrope_section=None,
+                 mrope_interleaved=False) -> dict:
+    """The `TARGET.rope.json` sidecar: the RoPE settings a loader of TARGET needs, next to the weights.
+    A multi-axis RoPE (Qwen2-VL / Qwen3-VL) adds `mrope_section` and `mrope_interleaved`: a loader that
+    drops them rotates images and videos with the wrong axes (docs/conventions.md §3.16)."""
+    rope = {"layout": layout, "base": base, "rotary_dim": rotary_dim, "scaling": scaling,
+            "num_heads": num_heads, "num_kv_heads": num_kv_heads, "source_layout": source_layout}
+    if mrope_section is not None:
+        rope.update(mrope_section=list(mrope_section), mrope_interleaved=bool(mrope_interleaved))
+    return {"rope": rope}
 
 
 def _check_rope(rope, entries, sidecar):
@@ -105,6 +111,11 @@ def _check_rope(rope, entries, sidecar):
     if rope.get("rotary_dim"):
         try:
             rope_frequencies(rope["rotary_dim"], base=rope["base"], scaling=rope["scaling"])
+            if rope.get("mrope_section") is not None:
+                from posenc_np.rope import rope_plan
+
+                rope_plan(rope["rotary_dim"], base=rope["base"], scaling=rope["scaling"],
+                          mrope_section=rope["mrope_section"], mrope_interleaved=bool(rope.get("mrope_interleaved")))
         except (ValueError, TypeError) as error:
             raise UsageError(f"RoPE settings (base {rope['base']}, scaling {rope['scaling']}): {error}") from None
     return rope

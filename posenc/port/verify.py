@@ -9,6 +9,9 @@ safetensors / torch / h5py / flax msgpack) and compares it with the source under
   source weights vs the target layout on the target weights, at probe positions up to 8191, in
   float64 (`posenc_np.apply_rope`); grouped-query k heads are repeated as the models do. A missing or
   inverted permutation, or q and k head dims that disagree, fails here (scores differ by O(1)).
+  With a multi-axis RoPE (`mrope_section` in the settings: Qwen2-VL / Qwen3-VL), one check per probe
+  prompt: text only, text + image, text + video (`MROPE_PROBES`, the ids of `mrope_position_ids`), each
+  rotated with the section and interleaving of the settings.
 * `dense`: `x @ W_source.T` vs `x @ K_target` for every transposed kernel, first 256 output units
   (float64).
 * `table`: position tables with offsets: `learned(source, p + offset)` vs `learned(target, p)` (exact).
@@ -31,16 +34,31 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from posenc_np.learned import learned, resize_table
+from posenc_np.mrope import mrope_position_ids
 from posenc_np.relative import relative_embeddings
 from posenc_np.rope import apply_rope
 from posenc_np.t5 import t5_bias
 from posenc_np.testing import compare, tolerance
 from .formats import drop_pages
 
-__all__ = ["Check", "verify_plan", "PROBE_POSITIONS"]
+__all__ = ["Check", "verify_plan", "PROBE_POSITIONS", "MROPE_PROBES"]
 
 # short-range positions and long-range ones where a wrong base or scaling shows
 PROBE_POSITIONS = np.array([0, 1, 2, 3, 7, 100, 511, 2047, 4095, 8191])
+
+
+def _mrope_probe(types, **grids):
+    ids, _ = mrope_position_ids(np.array([types]), spatial_merge_size=2, tokens_per_second=2, **grids)
+    return ids[:, 0]
+
+
+#: Multi-axis probes `[3, seq]`: a text run (all axes equal), text + a 4 x 6 image (ids differ per axis), text +
+#: a 3-frame video 2 s per grid step (temporal ids 4 apart), each resuming text after the vision run.
+MROPE_PROBES = {
+    "text": np.broadcast_to(PROBE_POSITIONS, (3, len(PROBE_POSITIONS))),
+    "image": _mrope_probe([0, 0, 0] + [1] * 6 + [0, 0], image_grid_thw=[[1, 4, 6]]),
+    "video": _mrope_probe([0, 0] + [2] * 12 + [0, 0, 0], video_grid_thw=[[3, 4, 4]], second_per_grid_ts=[2.0]),
+}
 
 
 @dataclass
@@ -93,13 +111,16 @@ def _project(x, weight, transposed=False):
     return out
 
 
-def _rope_logits(q, k, heads, kv_heads, rope, layout):
+def _rope_logits(q, k, heads, kv_heads, rope, layout, positions=PROBE_POSITIONS):
     """Float64 logits `[heads, seq, seq]` of projections `q`, `k` (`[seq, heads * head_dim]`) at
-    `PROBE_POSITIONS` under RoPE `layout`; the kv heads are repeated as grouped-query attention does."""
-    seq = len(PROBE_POSITIONS)
+    `positions` (`[seq]`, or `[A, seq]` with the settings' `mrope_section`) under RoPE `layout`; the kv
+    heads are repeated as grouped-query attention does."""
+    seq = positions.shape[-1]
     kw = dict(base=rope["base"], scaling=rope["scaling"], rotary_dim=rope["rotary_dim"], layout=layout)
-    q = apply_rope(q.reshape(seq, heads, -1).transpose(1, 0, 2), PROBE_POSITIONS, **kw)
-    k = apply_rope(k.reshape(seq, kv_heads, -1).transpose(1, 0, 2), PROBE_POSITIONS, **kw)
+    if rope.get("mrope_section") is not None:
+        kw.update(mrope_section=rope["mrope_section"], mrope_interleaved=bool(rope.get("mrope_interleaved")))
+    q = apply_rope(q.reshape(seq, heads, -1).transpose(1, 0, 2), positions, **kw)
+    k = apply_rope(k.reshape(seq, kv_heads, -1).transpose(1, 0, 2), positions, **kw)
     return q @ np.repeat(k, heads // kv_heads, axis=0).transpose(0, 2, 1)
 
 
@@ -216,13 +237,16 @@ def _rope_checks(entries, source, by_target, rope, rng):
                              f"k {k_entry.tags['head_dim']} ({k_entry.tags['heads']} heads); check --heads/--kv-heads"))
             continue
         heads, kv_heads = q_entry.tags["heads"], k_entry.tags["heads"]
-        x = rng.standard_normal((len(PROBE_POSITIONS), q_entry.source_shape[-1]))
-        q_src, k_src = (_project(x, _before(e, ("rope", "transpose"))(source)) for e in (q_entry, k_entry))
-        q_tgt, k_tgt = (_project(x, by_target[e.target], bool(e.tags.get("transposed"))) for e in (q_entry, k_entry))
-        desired = _rope_logits(q_src, k_src, heads, kv_heads, rope, rope["source"])
-        actual = _rope_logits(q_tgt, k_tgt, heads, kv_heads, rope, rope["target"])
-        out.append(_check("rope-logits", f"{q_entry.target} . {k_entry.target}", actual, desired,
-                          tolerance("float64", scale=np.abs(desired).max())))
+        probes = MROPE_PROBES if rope.get("mrope_section") is not None else {None: PROBE_POSITIONS}
+        for probe, positions in probes.items():
+            x = rng.standard_normal((positions.shape[-1], q_entry.source_shape[-1]))
+            q_src, k_src = (_project(x, _before(e, ("rope", "transpose"))(source)) for e in (q_entry, k_entry))
+            q_tgt, k_tgt = (_project(x, by_target[e.target], bool(e.tags.get("transposed")))
+                            for e in (q_entry, k_entry))
+            desired = _rope_logits(q_src, k_src, heads, kv_heads, rope, rope["source"], positions)
+            actual = _rope_logits(q_tgt, k_tgt, heads, kv_heads, rope, rope["target"], positions)
+            name = f"{q_entry.target} . {k_entry.target}" + (f" ({probe} positions)" if probe else "")
+            out.append(_check("rope-logits", name, actual, desired, tolerance("float64", scale=np.abs(desired).max())))
     return out
 
 
