@@ -7,7 +7,7 @@ import torch
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
 from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
 
-from ._common import as_tensor, resolve_dtype, spec_constant
+from ._common import as_tensor, is_tracing, resolve_dtype, spec_constant
 
 __all__ = ["sinusoidal", "SinusoidalEncoding"]
 
@@ -35,9 +35,9 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
 class SinusoidalEncoding(torch.nn.Module):
     """`sinusoidal` with its parameters bound; called with `positions`, returns `[*positions.shape, dim]`.
 
-    With `max_len`, rows 0..max_len-1 are precomputed by the float64 spec (a non-persistent buffer, so
-    the state dict stays empty) and gathered; other positions are computed. Eager calls grow the cache
-    to cover the largest position; compiled calls never branch on data and compute the rows beyond it.
+    Cache policy (the same in every backend): with `max_len`, rows 0..max_len-1 are precomputed by the
+    float64 spec (a non-persistent buffer, so the state dict stays empty) and gathered; positions
+    beyond them are computed in-graph. The cache never grows: a call does not change module state.
     The output dtype is the cache's, so `.to(torch.bfloat16)` gives bf16 outputs from float32 angles.
     """
 
@@ -60,11 +60,9 @@ class SinusoidalEncoding(torch.nn.Module):
         if rows == 0:
             return sinusoidal(positions, self.dim, base=self.base, layout=self.layout,
                               denominator=self.denominator, dtype=out_dtype)
-        if not torch.compiler.is_compiling():
-            needed = int(positions.max()) + 1 if positions.numel() else 0
-            if needed > rows:  # grow to the next power of two: amortised, and no recompute per step
-                self.cache = self._table(1 << (needed - 1).bit_length(), out_dtype, self.cache.device)
-            if positions.numel() == 0 or int(positions.min()) >= 0:
+        if not is_tracing(positions) and positions.numel():
+            low, high = (int(v) for v in torch.aminmax(positions))  # one host read
+            if low >= 0 and high < rows:
                 return self.cache[positions.long()]
         inside = (positions >= 0) & (positions < rows)
         gathered = self.cache[positions.long().clamp(0, rows - 1)]

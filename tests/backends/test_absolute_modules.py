@@ -76,13 +76,19 @@ def test_torch_state_dict_holds_only_trainable_tables():
     np.testing.assert_allclose(out.float().numpy(), pn.sinusoidal(np.array([257]), 8), atol=2**-8)
 
 
-def test_torch_sinusoidal_cache_grows_eagerly():
-    torch = pytest.importorskip("torch")
-    import posenc_torch as pt
-
-    module = pt.SinusoidalEncoding(8, max_len=4)
-    module(torch.tensor([100]))
-    assert module.cache.shape[0] == 128
+def test_sinusoidal_cache_never_grows(backend):
+    """One cache policy in every backend: `max_len` rows from the spec, positions beyond computed, and a
+    call never changes the module (no growth in a forward pass)."""
+    name = backend.name
+    module = backend.module.SinusoidalEncoding(8, max_len=4)
+    rows = module.cache.shape[0] if name == "torch" else (module._cache.shape[0] if name == "tf" else
+                                                           module.cache[...].shape[0])
+    positions = np.array([2, 100], np.int32)
+    out = backend.to_numpy(module(backend.from_numpy(positions)))
+    np.testing.assert_allclose(out, pn.sinusoidal(positions, 8), atol=tolerance("float32", max_angle=100).atol)
+    after = module.cache.shape[0] if name == "torch" else (module._cache.shape[0] if name == "tf" else
+                                                            module.cache[...].shape[0])
+    assert rows == after == 4
 
 
 # --- Keras ------------------------------------------------------------------------------------------
