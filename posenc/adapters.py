@@ -27,7 +27,7 @@ import numpy as np
 from posenc_np._dtypes import dtype_name, numpy_dtype
 from posenc_np._freeze import freeze as _freeze
 
-__all__ = ["Adapter", "ADAPTERS", "adapter", "adapter_for", "BACKENDS", "SPEC",
+__all__ = ["Adapter", "ADAPTERS", "NotSupported", "CHECK_BACKENDS", "adapter", "adapter_for", "BACKENDS", "SPEC",
            "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable", "quiet_frameworks",
            "QUIET_ENVIRONMENT"]
 
@@ -35,6 +35,9 @@ __all__ = ["Adapter", "ADAPTERS", "adapter", "adapter_for", "BACKENDS", "SPEC",
 SPEC = "numpy"
 #: The framework backends, in report order: the `--backend` choices of `posenc check`.
 BACKENDS = ("torch", "tf", "jax")
+#: What `posenc check` compares with the spec by default: the framework backends, and ONNX Runtime running
+#: the graphs `posenc export` writes (a deployment target, not a package with the contract's functions).
+CHECK_BACKENDS = (*BACKENDS, "onnx")
 #: torch.compile backends `posenc check` offers. aot_eager captures exactly the same fullgraph as
 #: inductor (any graph break fails) and runs it with eager kernels, without Inductor's C++ code
 #: generation (~2-20 s per graph on a 2-core CPU); see docs/tolerances.md.
@@ -44,6 +47,13 @@ DEFAULT_TORCH_COMPILE_BACKEND = "aot_eager"
 
 class BackendUnavailable(ImportError):
     pass
+
+
+class NotSupported(Exception):
+    """This backend cannot express this case (an encoding, dtype or input form it has no graph for).
+
+    `posenc check` records it as a skip with the message as the reason, never as a pass.
+    """
 
 
 # quiet output ------------------------------------------------------------------------------------
@@ -373,7 +383,38 @@ class JaxAdapter(Adapter):
         return pullback(cotangent.astype(out.dtype))[0]
 
 
-ADAPTERS = {a.name: a for a in (NumpyAdapter(), TorchAdapter(), TFAdapter(), JaxAdapter())}
+class OnnxAdapter(Adapter):
+    """ONNX Runtime (CPU) running the graphs `posenc export` writes (`posenc/onnx_backend.py`).
+
+    "eager" runs with every graph optimisation off, "jit" with `ORT_ENABLE_ALL` (fusions included). A case
+    the graphs cannot express (bfloat16, gradients, attention paths, dynamic NTK, ...) raises `NotSupported`.
+    """
+
+    name, package, framework = "onnx", "posenc.onnx_backend", "onnxruntime"
+    distributions, cost = ("onnx", "onnxruntime"), 0.3
+
+    def available(self) -> bool:
+        return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+
+    def from_numpy(self, array):
+        return array
+
+    def to_numpy(self, tensor):
+        return np.asarray(tensor)
+
+    def dtype(self, name):
+        return numpy_dtype(name)
+
+    def call(self, fn, args: tuple, kwargs: dict, *, mode: str = "eager", cache: dict | None = None,
+             key=None, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
+        backend = self.module
+        try:
+            return backend.onnx_call(fn, args, kwargs, optimize=mode == "jit", cache=cache)
+        except backend.NotExportable as error:
+            raise NotSupported(str(error)) from None
+
+
+ADAPTERS = {a.name: a for a in (NumpyAdapter(), TorchAdapter(), TFAdapter(), JaxAdapter(), OnnxAdapter())}
 
 
 @lru_cache(maxsize=None)

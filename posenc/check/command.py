@@ -9,7 +9,7 @@ import time
 
 from posenc_np.conventions import conventions, families
 
-from ..adapters import ADAPTERS, BACKENDS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS
+from ..adapters import ADAPTERS, CHECK_BACKENDS as BACKENDS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS
 from ..errors import UsageError
 from ..io import check_output, parse_choices, write_atomic
 from .registry import DTYPES, MODES
