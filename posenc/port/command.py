@@ -130,6 +130,10 @@ def cmd_port(args) -> int:
             sidecar = rope_sidecar(layout=rules.rope_to, source_layout=rules.rope_from, num_heads=rules.heads,
                                    num_kv_heads=rules.kv_heads or rules.heads, **settings)
         kwargs = dict(rope=rope, sidecar=sidecar)
+    if args.max_shard_size is not None:
+        from .shards import parse_size
+
+        kwargs["max_shard_size"] = parse_size(args.max_shard_size)
     result = port(args.source, args.target, rules, seed=args.seed, **kwargs)
     print(report_text(result))
     if args.json:
@@ -139,11 +143,11 @@ def cmd_port(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .core import write_json
-    from .doctor import diagnose_files
+    from .doctor import diagnose_paths
 
     if args.json:
         check_output(args.json, what="--json report")
-    diagnosis = diagnose_files(args.a, args.b)
+    diagnosis = diagnose_paths(args.a, args.b)
     print(diagnosis.text())
     if args.json:
         write_json(args.json, diagnosis.as_dict())
@@ -155,7 +159,8 @@ def add_parser(subparsers) -> None:
     port = subparsers.add_parser(
         "port", help="convert a checkpoint between frameworks and conventions, then verify it",
         description="Convert SOURCE into TARGET (format from the name: .safetensors, .npz, .pt/.bin, .weights.h5, "
-                    ".msgpack), verify the encodings numerically, and write TARGET only when verified (exit 0). "
+                    ".msgpack, .gguf, or a checkpoint directory ending in /; SOURCE may also be a sharded HF checkpoint "
+                    "directory or its model.safetensors.index.json, or Meta's consolidated.NN.pth shards), verify the encodings numerically, and write TARGET only when verified (exit 0). "
                     "A failed verification keeps the output as TARGET.unverified and exits 1; bad input exits 2 "
                     "and writes nothing. Globs match SOURCE names; '*' matches any text, dots included.")
     port.add_argument("source", metavar="SOURCE")
@@ -163,6 +168,9 @@ def add_parser(subparsers) -> None:
     port.add_argument("--preset", help=f"a known port: {', '.join(PRESETS)}")
     port.add_argument("--json", metavar="REPORT", help="write the verification report as JSON")
     port.add_argument("--seed", type=int, default=0, help="seed of the random probes")
+    port.add_argument("--max-shard-size", metavar="SIZE",
+                      help="write .safetensors above SIZE (5GB, 500MB, 2GiB) as save_pretrained's shards and index; "
+                           "a TARGET ending in / is a checkpoint directory (default SIZE 50GB, as transformers 5)")
     g = port.add_argument_group("conversion options (instead of --preset)")
     g.add_argument("--rename", action="append", metavar="SRC=DST", help="rename; DST's '*'s take SRC's matches")
     g.add_argument("--drop", action="append", metavar="GLOB", help="leave these tensors out")
@@ -202,7 +210,9 @@ def add_parser(subparsers) -> None:
     doctor = subparsers.add_parser(
         "doctor", help="name the known convention mismatch between two tables or weights",
         description="Compare A and B (.npy, or single-tensor .safetensors) and name the known mismatch that "
-                    "explains their difference. Exit 0 identical or explained, 1 unexplained, 2 bad input.")
+                    "explains their difference; or two checkpoints of one model (.gguf, HF .safetensors / directory "
+                    "/ index with config.json) and name q/k row order against the rope type, wrong architecture, "
+                    "llama3 factors, base, per layer. Exit 0 identical or explained, 1 unexplained, 2 bad input.")
     doctor.add_argument("a", metavar="A")
     doctor.add_argument("b", metavar="B")
     doctor.add_argument("--json", metavar="REPORT", help="write the diagnosis as JSON")

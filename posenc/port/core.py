@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import UsageError
-from ..io import atomic_output, check_output, write_atomic
+from ..io import atomic_output, check_output, file_mode, write_atomic
 from .formats import detect_format, open_reader, write_checkpoint
 from .mapping import build_plan
 from .verify import Check, verify_plan
@@ -18,7 +21,10 @@ __all__ = ["port", "PortResult", "UNVERIFIED_SUFFIX", "report_text", "write_json
 
 UNVERIFIED_SUFFIX = ".unverified"
 # the framework whose backend recomputes the encodings on a target of each format
-FRAMEWORK_OF = {"safetensors": "torch", "pt": "torch", "keras-h5": "tf", "msgpack": "jax", "npz": None}
+FRAMEWORK_OF = {"safetensors": "torch", "safetensors-dir": "torch", "pt": "torch", "keras-h5": "tf", "msgpack": "jax",
+                "npz": None, "gguf": None}
+#: save_pretrained's default shard limit (transformers 5.x `max_shard_size="50GB"`) for a directory TARGET
+DEFAULT_MAX_SHARD_SIZE = 50 * 10**9
 
 
 @dataclass
@@ -47,24 +53,56 @@ def _same_file(a, b):
     return os.path.exists(b) and os.path.samefile(a, b)
 
 
+def _check_directory_target(target):
+    directory = os.path.abspath(target)
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise UsageError(f"cannot write TARGET {target!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"cannot write TARGET {target!r}: directory {parent!r} is not writable")
+    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+        raise UsageError(f"cannot write TARGET {target!r}: it exists and is not an empty directory (a checkpoint "
+                         "directory is written whole, never into an existing one)")
+
+
+def _total_bytes(entries):
+    from .formats import _np_dtype
+
+    return sum(int(np.prod(e.shape, dtype=np.int64)) * _np_dtype(e.dtype).itemsize for e in entries)
+
+
 def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=None, target_format=None,
-         seed=0) -> PortResult:
+         seed=0, max_shard_size=None) -> PortResult:
     """Convert SOURCE into TARGET by `rules` (`mapping.Rules`), verify, and write TARGET only if verified.
 
     A failed verification keeps the written file as `TARGET.unverified` (TARGET itself is not touched)
-    so the numbers can be inspected; every UsageError leaves nothing behind.
+    so the numbers can be inspected; every UsageError leaves nothing behind. A TARGET ending in `/` is a
+    Hugging Face checkpoint directory (shards above `max_shard_size` bytes, else one model.safetensors;
+    the preset's `hf_config` as config.json); a `.safetensors` TARGET above `max_shard_size` becomes
+    `NAME-0000i-of-0000n.safetensors` shards and `NAME.safetensors.index.json` beside it. Either is
+    written into a temporary directory first: a directory TARGET appears by one rename, loose shards
+    are renamed into place before their index, so a loader never finds an index with missing shards.
     """
     source, target = str(source), str(target)
     reader = open_reader(source)
-    if _same_file(source, target):
-        raise UsageError(f"TARGET {target!r} is SOURCE: posenc never overwrites its input")
-    check_output(target, what="TARGET")
     fmt = detect_format(target)
-    if target_format and fmt != target_format:
+    if fmt == "safetensors-index":
+        raise UsageError(f"TARGET {target!r}: write a checkpoint directory (a name ending in /) or a .safetensors "
+                         "file with --max-shard-size; the index is written with the shards")
+    if fmt == "safetensors-dir":
+        _check_directory_target(target)
+    else:
+        if _same_file(source, target):
+            raise UsageError(f"TARGET {target!r} is SOURCE: posenc never overwrites its input")
+        check_output(target, what="TARGET")
+    if target_format and fmt != target_format and not (target_format == "safetensors" and fmt == "safetensors-dir"):
         raise UsageError(f"this preset writes {target_format}; TARGET {target!r} names {fmt}")
     entries = build_plan(reader, rules)
     if rope is not None:
         rope = _check_rope(rope, entries, sidecar)
+    limit = max_shard_size or (DEFAULT_MAX_SHARD_SIZE if fmt == "safetensors-dir" else None)
+    if fmt == "safetensors-dir" or (fmt == "safetensors" and limit and _total_bytes(entries) > limit):
+        return _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadata, seed, fmt, limit)
     with atomic_output(target, what="TARGET") as tmp:
         try:
             write_checkpoint(tmp.path, fmt, [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader))
@@ -84,6 +122,89 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
         sidecar_path = final + ".rope.json"
         write_json(sidecar_path, sidecar)
     return PortResult(source, target, final, verified, entries, checks, sidecar_path, rope)
+
+
+def _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadata, seed, fmt, limit):
+    from .shards import write_shards
+
+    as_directory = fmt == "safetensors-dir"
+    target = target.rstrip(os.sep) if as_directory else target
+    prefix = "model" if as_directory else os.path.basename(target)[: -len(".safetensors")]
+    with _atomic_directory(target) as tmp:
+        try:
+            files = write_shards(tmp.path, [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader)) for e in entries],
+                                 metadata or {}, limit, prefix=prefix)
+        except (ValueError, TypeError, OSError) as error:
+            raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
+        if as_directory and sidecar and sidecar.get("hf_config"):
+            with open(os.path.join(tmp.path, "config.json"), "w") as handle:
+                json.dump(sidecar["hf_config"], handle, indent=2, default=_jsonable)
+                handle.write("\n")
+        written = open_reader(os.path.join(tmp.path, files[-1]))
+        verify = _guarded(lambda src, tgt: verify_plan(entries, src, tgt, rope=rope, seed=seed,
+                                                       framework=FRAMEWORK_OF[fmt],
+                                                       extra=[_guarded(fn) for fn in extra]))
+        checks = verify(reader, written)
+        verified = bool(checks) and all(c.passed for c in checks)
+        if verified and not as_directory and len(files) > 1:
+            tmp.commit_files(os.path.dirname(os.path.abspath(target)))
+            final = target
+        else:
+            final = tmp.commit(target if verified else target + UNVERIFIED_SUFFIX)
+    sidecar_path = None
+    if sidecar is not None:
+        sidecar_path = final + ".rope.json"
+        write_json(sidecar_path, sidecar)
+    return PortResult(source, target, final, verified, entries, checks, sidecar_path, rope)
+
+
+class _DirectoryOutput:
+    def __init__(self, target, path):
+        self.target, self.path = target, path
+
+    def _modes(self):
+        mode = file_mode()
+        for name in os.listdir(self.path):
+            os.chmod(os.path.join(self.path, name), mode)
+        mask = os.umask(0)  # mkdtemp's 0700 is for the temporary directory only; the result gets mkdir's mode
+        os.umask(mask)
+        os.chmod(self.path, 0o777 & ~mask)
+
+    def commit(self, final):
+        """The whole directory renamed to `final` (one rename: it appears complete or not at all); a single
+        `model.safetensors` for a `.safetensors` TARGET is renamed to `final` itself."""
+        self._modes()
+        names = os.listdir(self.path)
+        if not os.path.basename(self.target).endswith(".safetensors") or final.endswith(UNVERIFIED_SUFFIX):
+            if os.path.isdir(final) and final.endswith(UNVERIFIED_SUFFIX):
+                shutil.rmtree(final)  # an earlier unverified port of the same TARGET
+            os.rename(self.path, final)
+            return final
+        (only,) = names
+        os.replace(os.path.join(self.path, only), final)
+        return final
+
+    def commit_files(self, directory):
+        """Shards renamed into `directory` first, the index last."""
+        self._modes()
+        names = sorted(os.listdir(self.path), key=lambda n: n.endswith(".index.json"))
+        for name in names:
+            os.replace(os.path.join(self.path, name), os.path.join(directory, name))
+        return directory
+
+
+@contextmanager
+def _atomic_directory(target):
+    parent = os.path.dirname(os.path.abspath(target))
+    tmp = None
+    try:
+        tmp = tempfile.mkdtemp(dir=parent, prefix=".posenc-port-")
+        yield _DirectoryOutput(target, tmp)
+    except OSError as error:
+        raise UsageError(f"cannot write TARGET {target!r}: {error.strerror or error}") from error
+    finally:
+        if tmp is not None and os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def rope_sidecar(*, layout, base, rotary_dim, scaling, num_heads, num_kv_heads, source_layout, mrope_section=None,

@@ -35,7 +35,7 @@ from posenc_np.rope import rope_permutation
 from posenc_np.sinusoidal import sinusoidal
 from posenc_np.testing import compare, tolerance
 
-__all__ = ["Diagnosis", "diagnose", "diagnose_files", "load_array"]
+__all__ = ["Diagnosis", "diagnose", "diagnose_files", "diagnose_paths", "diagnose_checkpoints", "load_array"]
 
 
 @dataclass
@@ -301,3 +301,196 @@ def _mrope_layout(a, b, tol):
             return Diagnosis(True, key, message + f": {int(differ.sum())} of {r} channels differ",
                              {"channels_differ": int(differ.sum())})
     return None
+
+
+# ---------------------------------------------------------------- whole checkpoints
+
+def _is_checkpoint(path) -> bool:
+    """A GGUF, an HF checkpoint directory or index, or a .safetensors with more than one tensor."""
+    path = str(path)
+    if path.endswith((".gguf", ".index.json")) or os.path.isdir(path):
+        return True
+    if path.endswith(".safetensors") and os.path.isfile(path):
+        from .formats import open_reader
+
+        return len(open_reader(path).names()) > 1
+    return False
+
+
+def diagnose_paths(a, b) -> Diagnosis:
+    """`posenc doctor A B`: two tables/weights (`.npy`, single-tensor `.safetensors`) or two checkpoints."""
+    if _is_checkpoint(a) or _is_checkpoint(b):
+        return diagnose_checkpoints(a, b)
+    return diagnose_files(a, b)
+
+
+class _Checkpoint:
+    """One side of a checkpoint comparison: its convention, family, head counts, rope settings."""
+
+    def __init__(self, path):
+        from .families import FAMILIES, _FAMILY_OF_ARCH, _heads, hf_config_beside
+        from .formats import open_reader
+        from .ggufio import ROPE_LAYOUT_OF_TYPE, rope_type
+
+        self.path = str(path)
+        self.reader = open_reader(path)
+        md = getattr(self.reader, "metadata", {}) or {}
+        if self.reader.path.endswith(".gguf"):
+            self.convention = "gguf"
+            self.arch = md.get("general.architecture")
+            self.rope_type = rope_type(self.arch)
+            self.family = _FAMILY_OF_ARCH.get(self.arch)
+            if self.family is None:
+                raise UsageError(f"{self.path!r}: GGUF architecture {self.arch!r} has no posenc family "
+                                 f"({', '.join(f.arch for f in FAMILIES.values())})")
+            a = self.arch
+            self.heads = int(md[f"{a}.attention.head_count"])
+            self.kv_heads = int(md.get(f"{a}.attention.head_count_kv", self.heads))
+            self.head_dim = int(md.get(f"{a}.attention.key_length", int(md[f"{a}.embedding_length"]) // self.heads))
+            self.layers = int(md[f"{a}.block_count"])
+            self.base = float(md.get(f"{a}.rope.freq_base", 10000.0))
+            self.rotary_dim = int(md.get(f"{a}.rope.dimension_count", self.head_dim))
+            self.layout = ROPE_LAYOUT_OF_TYPE.get(self.rope_type)
+            self.scaling = None
+        else:
+            self.convention = "hf"
+            config = hf_config_beside(self.reader, "doctor")
+            self.config = config
+            model_type = config.get("model_type")
+            self.family = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
+            if self.family is None:
+                raise UsageError(f"{self.path!r}: HF model_type {model_type!r} has no posenc family")
+            self.arch = self.family.arch
+            self.rope_type = rope_type(self.arch)
+            self.heads, self.kv_heads, self.head_dim = _heads(config)
+            self.layers = int(config["num_hidden_layers"])
+            from .families import _schedule
+
+            entry = next(e for e in _schedule(config, "doctor") if e is not None)
+            self.base, self.rotary_dim, self.scaling = entry["base"], entry["rotary_dim"], entry["scaling"]
+            self.layout = "half"
+
+    def qk_rows(self, i):
+        """The q and k weights of layer i as this side stores them (fused tensors split)."""
+        r, f = self.reader, self.family
+        qr, kr = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        if self.convention == "gguf":
+            if f.qkv == "separate":
+                return np.asarray(r.get(f"blk.{i}.attn_q.weight")), np.asarray(r.get(f"blk.{i}.attn_k.weight"))
+            w = np.asarray(r.get(f"blk.{i}.attn_qkv.weight"))
+            return w[:qr], w[qr:qr + kr]
+        p = f.hf_layer.format(i=i)
+        if f.qkv == "separate":
+            return np.asarray(r.get(p + "self_attn.q_proj.weight")), np.asarray(r.get(p + "self_attn.k_proj.weight"))
+        if f.qkv == "blocks":
+            w = np.asarray(r.get(p + "self_attn.qkv_proj.weight"))
+            return w[:qr], w[qr:qr + kr]
+        w = np.asarray(r.get(p + "attention.query_key_value.weight")).reshape(self.heads, 3, self.head_dim, -1)
+        return w[:, 0].reshape(qr, -1), w[:, 1].reshape(kr, -1)
+
+
+def _ranges(layers):
+    """[0, 1, 2, 5] -> "layers 0-2, 5"."""
+    out, start = [], None
+    for i, layer in enumerate(layers):
+        if start is None:
+            start = layer
+        if i + 1 == len(layers) or layers[i + 1] != layer + 1:
+            out.append(f"{start}" if start == layer else f"{start}-{layer}")
+            start = None
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(out)
+
+
+def _row_relation(a, b, heads, rotary_dim):
+    """"same", "permuted" (A half -> B interleaved), "permuted-back" (A interleaved -> B half) or "different"."""
+    if a.shape != b.shape:
+        return "different"
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    tol = _tol(a, b)
+    if compare(a64, b64, tol).passed:
+        return "same"
+    from posenc_np.rope import permute_qk_rows
+
+    r = rotary_dim if rotary_dim != a.shape[0] // heads else None
+    if compare(permute_qk_rows(a64, heads, source="half", target="interleaved", rotary_dim=r), b64, tol).passed:
+        return "permuted"
+    if compare(permute_qk_rows(a64, heads, source="interleaved", target="half", rotary_dim=r), b64, tol).passed:
+        return "permuted-back"
+    return "different"
+
+
+def diagnose_checkpoints(a, b) -> Diagnosis:
+    """Name what makes two checkpoints of one model rotate differently: q/k row order against the rope
+    type llama.cpp uses for the architecture, a wrong architecture (rope type), llama3 factors missing
+    or different, the base, the rotary dim, per layer where it matters."""
+    from .families import llama3_rope_freqs
+
+    A, B = _Checkpoint(a), _Checkpoint(b)
+    findings, details = [], {"A": A.convention, "B": B.convention}
+    unexplained = []
+    if (A.heads, A.kv_heads, A.head_dim, A.layers) != (B.heads, B.kv_heads, B.head_dim, B.layers):
+        return Diagnosis(False, None, f"not the same model shape: A {A.heads} heads / {A.kv_heads} kv / head dim "
+                                      f"{A.head_dim} / {A.layers} layers, B {B.heads} / {B.kv_heads} / {B.head_dim} / "
+                                      f"{B.layers}")
+    if A.family.arch != B.family.arch:
+        hf, gg = (A, B) if A.convention == "hf" else (B, A)
+        if A.rope_type != B.rope_type:
+            findings.append(("rope-type", f"wrong rope type for this architecture: {gg.path} says general.architecture "
+                                          f"{gg.arch!r}, which llama.cpp rotates as {gg.rope_type.upper()} "
+                                          f"({gg.layout}); {hf.path}'s family converts to {hf.arch!r} "
+                                          f"({hf.rope_type.upper()})"))
+        else:
+            findings.append(("architecture", f"architectures differ ({A.arch!r} vs {B.arch!r}) with the same rope type"))
+    relations = {}
+    for i in range(A.layers):
+        qa, ka = A.qk_rows(i)
+        qb, kb = B.qk_rows(i)
+        rq = _row_relation(qa, qb, A.heads, A.rotary_dim)
+        rk = _row_relation(ka, kb, A.kv_heads, A.rotary_dim)
+        relations.setdefault(rq if rq == rk else f"q {rq}, k {rk}", []).append(i)
+    needed = "same" if A.layout == B.layout else ("permuted" if A.layout == "half" else "permuted-back")
+    for relation, layers in relations.items():
+        where = _ranges(layers)
+        if relation == needed:
+            text = ("q/k rows permuted" if relation != "same" else "q/k rows not permuted")
+            findings.append(("ok", f"{where}: {text}, as {A.layout} (A) vs {B.layout} (B) rotation needs"))
+        elif relation in ("same", "permuted", "permuted-back"):
+            text = "q/k rows not permuted" if relation == "same" else "q/k rows permuted"
+            if any(k == "rope-type" for k, _ in findings):
+                findings.append(("rope-rows", f"{where}: {text}; they match the other architecture's rope type, "
+                                              "so the architecture is what is wrong"))
+            else:
+                findings.append(("rope-rows", f"{where}: {text}, but A rotates {A.layout} and B {B.layout}: llama.cpp / "
+                                              "transformers would pair the wrong channels (convert_hf_to_gguf.py "
+                                              "LlamaModel.permute is needed exactly when the rope type is NORM)"))
+        else:
+            unexplained.append(f"{where}: q/k weights differ beyond any row permutation ({relation})")
+    if A.base != B.base and not np.isclose(np.float32(A.base), np.float32(B.base), rtol=0, atol=0):
+        findings.append(("base", f"base differs: A {A.base:g}, B {B.base:g}"))
+    if A.rotary_dim != B.rotary_dim:
+        findings.append(("rotary-dim", f"rotary dim differs: A {A.rotary_dim}, B {B.rotary_dim}"))
+    hf = next((s for s in (A, B) if s.convention == "hf"), None)
+    gg = next((s for s in (A, B) if s.convention == "gguf"), None)
+    if hf is not None and gg is not None:
+        scaling = hf.scaling or {}
+        has = "rope_freqs.weight" in gg.reader
+        if scaling.get("rope_type") == "llama3":
+            if not has:
+                findings.append(("llama3", "llama3 factors missing: the HF config scales RoPE with rope_type llama3 "
+                                           "but the GGUF has no rope_freqs tensor (llama.cpp would run unscaled "
+                                           "frequencies; long contexts break)"))
+            else:
+                expected = llama3_rope_freqs(hf.rotary_dim, hf.base, scaling)
+                got = np.asarray(gg.reader.get("rope_freqs.weight"), np.float32)
+                if got.shape != expected.shape or not np.array_equal(got, expected):
+                    findings.append(("llama3", "llama3 factors differ: the GGUF's rope_freqs is not the HF config's "
+                                               "llama3 scaling"))
+        elif has:
+            findings.append(("llama3", "the GGUF has rope_freqs factors but the HF config has no llama3 scaling"))
+    problems = [(k, t) for k, t in findings if k != "ok"]
+    details["findings"] = [t for _, t in findings] + unexplained
+    if unexplained:
+        return Diagnosis(False, None, "\n  ".join(t for _, t in findings + [("x", u) for u in unexplained]), details)
+    if not problems:
+        return Diagnosis(True, "consistent", "consistent: " + "; ".join(t for _, t in findings), details)
+    return Diagnosis(True, problems[0][0], "\n  ".join(t for _, t in findings), details)

@@ -1,4 +1,6 @@
-"""Checkpoint files in and out: safetensors, .npz, PyTorch state dicts, Keras .weights.h5, Flax msgpack.
+"""Checkpoint files in and out: safetensors (single, sharded with an index, or a checkpoint directory),
+.npz, PyTorch state dicts, Keras .weights.h5, Flax msgpack, GGUF (`ggufio`), Meta model-parallel shards
+(`shards`).
 
 Every reader is a `Reader`: `names()`, `shape(name)`, `dtype(name)`, `get(name)` -> NumPy array, so
 the porter can plan the whole output from shapes alone and then move one tensor at a time.
@@ -26,9 +28,10 @@ from ..errors import UsageError
 
 __all__ = ["FORMATS", "detect_format", "open_reader", "write_checkpoint", "Reader", "drop_pages"]
 
-FORMATS = ("safetensors", "npz", "pt", "keras-h5", "msgpack")
+FORMATS = ("safetensors", "npz", "pt", "keras-h5", "msgpack", "gguf", "safetensors-index", "safetensors-dir")
 _SUFFIXES = ((".weights.h5", "keras-h5"), (".safetensors", "safetensors"), (".npz", "npz"), (".pt", "pt"),
-             (".pth", "pt"), (".bin", "pt"), (".msgpack", "msgpack"))
+             (".pth", "pt"), (".bin", "pt"), (".msgpack", "msgpack"), (".gguf", "gguf"),
+             (".index.json", "safetensors-index"))
 
 # safetensors dtype codes <-> NumPy (bfloat16 through ml_dtypes, which the frameworks install)
 _ST_CODES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -62,7 +65,12 @@ def drop_pages(*arrays) -> None:
 
 
 def detect_format(path) -> str:
-    """The format a file name implies (`.weights.h5` before `.h5`); UsageError for any other name."""
+    """The format a file name implies (`.weights.h5` before `.h5`); UsageError for any other name.
+
+    A name ending in `/` (or an existing directory) is a Hugging Face checkpoint directory,
+    "safetensors-dir": read through its index, written like `save_pretrained`."""
+    if str(path).endswith(os.sep) or os.path.isdir(str(path)):
+        return "safetensors-dir"
     lower = str(path).lower()
     for suffix, fmt in _SUFFIXES:
         if lower.endswith(suffix):
@@ -96,8 +104,19 @@ class Reader:
 
 
 def open_reader(path, fmt=None) -> Reader:
-    """Open SOURCE for reading; one UsageError (exit 2) for a missing, unreadable or unsafe file."""
+    """Open SOURCE for reading; one UsageError (exit 2) for a missing, unreadable or unsafe file.
+
+    SOURCE may also be a Hugging Face checkpoint directory or its `model.safetensors.index.json`
+    (`shards.read_index`), a GGUF file, or Meta's `consolidated.NN.pth` model-parallel shards (a
+    directory of them, or `consolidated.00.pth` with its siblings), merged by `shards.meta_merge_reader`."""
+    from . import shards
+
     path = str(path)
+    if fmt is None:
+        meta = shards.meta_shard_paths(path) if os.path.isdir(path) or os.path.isfile(path) else None
+        if meta and (len(meta) > 1 or os.path.isdir(path)):
+            return shards.meta_merge_reader(meta, _params_dim(meta[0]))
+        path, fmt = shards.resolve_checkpoint(path)
     if not os.path.isfile(path):
         raise UsageError(f"{path!r} does not exist or is not a file")
     fmt = fmt or detect_format(path)
@@ -107,6 +126,16 @@ def open_reader(path, fmt=None) -> Reader:
         raise
     except Exception as error:  # a corrupt file reaches us as any of the libraries' exception types
         raise UsageError(f"cannot read {path!r} as {fmt}: {type(error).__name__}: {error}") from None
+
+
+def _params_dim(shard_path):
+    """params.json's `dim` beside Meta shards (None without it): the embedding's split axis needs it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(shard_path)), "params.json")
+    try:
+        with open(path) as handle:
+            return json.load(handle).get("dim")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
 
 
 def _read_safetensors(path):
@@ -226,8 +255,20 @@ def _read_msgpack(path):
                   flat.__getitem__)
 
 
+def _read_gguf(path):
+    from .ggufio import read_gguf
+
+    return read_gguf(path)
+
+
+def _read_index(path):
+    from .shards import read_index
+
+    return read_index(path)
+
+
 _READERS = {"safetensors": _read_safetensors, "npz": _read_npz, "pt": _read_pt, "keras-h5": _read_h5,
-            "msgpack": _read_msgpack}
+            "msgpack": _read_msgpack, "gguf": _read_gguf, "safetensors-index": _read_index}
 
 
 def write_checkpoint(path, fmt, entries, metadata=None):
@@ -322,5 +363,11 @@ def _write_msgpack(path, entries, metadata):
         f.write(serialization.msgpack_serialize(tree))
 
 
+def _write_gguf(path, entries, metadata):
+    from .ggufio import write_gguf
+
+    write_gguf(path, entries, metadata)
+
+
 _WRITERS = {"safetensors": _write_safetensors, "npz": _write_npz, "pt": _write_pt, "keras-h5": _write_h5,
-            "msgpack": _write_msgpack}
+            "msgpack": _write_msgpack, "gguf": _write_gguf}

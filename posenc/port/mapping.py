@@ -6,7 +6,10 @@ Conversions apply in this fixed order, each only where declared (nothing is infe
 so a square matrix is never transposed silently):
 
     split (fused QKV rows) -> strip/add offset rows -> resize -> reverse rows -> RoPE row permutation
-    -> transpose
+    -> transpose -> the preset's own ops (`Rules.ops`: fused-QKV reorder, norm shift, cast), in its order
+
+`Rules.generated` adds tensors that no source tensor holds (llama.cpp's `rope_freqs` for llama3
+scaling), written and checked like the others.
 
 The RoPE permutation acts on rows (axis 0) of the tensor as the source stores it, i.e. torch
 `[out, in]`; a tensor stored `[in, out]` is transposed first with `--transpose` on a separate port.
@@ -69,7 +72,12 @@ class Op:
             return (p[0], *shape[1:])
         if k == "transpose":
             return tuple(reversed(shape))
+        if k == "reshape":
+            return tuple(p)
         return tuple(shape)
+
+    def dtype(self, dtype):
+        return self.params[0] if self.kind == "cast" else dtype
 
     def apply(self, array):
         k, p = self.kind, self.params
@@ -88,6 +96,14 @@ class Op:
             return permute_qk_rows(array, heads, source=source, target=target, rotary_dim=rotary_dim)
         if k == "transpose":
             return _transpose(array)
+        if k == "cast":  # llama.cpp keeps 1-D tensors and norms in F32 (convert_hf_to_gguf.py prepare_tensors)
+            return np.asarray(array).astype(p[0])
+        if k == "shift":  # Gemma's RMSNorm scales by (1 + w); llama.cpp stores w + 1 (GemmaModel.modify_tensors)
+            return (np.asarray(array) + np.asarray(p[0], dtype=array.dtype)).astype(array.dtype)
+        if k in ("qkv-blocks", "qkv-heads"):
+            return _qkv_reorder(np.asarray(array), p[0], to_blocks=k == "qkv-blocks")
+        if k == "reshape":
+            return np.ascontiguousarray(array).reshape(p)
         raise AssertionError(k)
 
     def __str__(self):
@@ -109,6 +125,17 @@ def _transpose(array, elements=1 << 20):
     return out
 
 
+def _qkv_reorder(array, heads, *, to_blocks):
+    """GPT-NeoX's fused `query_key_value` rows, per head `[q_h; k_h; v_h]` (HF GPTNeoXAttention
+    `view(..., heads, 3 * head_dim)`), <-> three blocks `[Q; K; V]` (llama.cpp gptneox `attn_qkv`;
+    convert_hf_to_gguf.py GPTNeoXModel.modify_tensors). Works on weights `[3 * hidden, in]` and biases."""
+    rest = array.shape[1:]
+    head_dim = array.shape[0] // (3 * heads)
+    if to_blocks:
+        return np.ascontiguousarray(array.reshape(heads, 3, head_dim, *rest).swapaxes(0, 1)).reshape(array.shape)
+    return np.ascontiguousarray(array.reshape(3, heads, head_dim, *rest).swapaxes(0, 1)).reshape(array.shape)
+
+
 @dataclass
 class Entry:
     """One output tensor."""
@@ -128,6 +155,8 @@ class Entry:
         return shape
 
     def produce(self, reader):
+        if self.source is None:
+            return self.tags["generated"]
         array = reader.get(self.source)
         for op in self.ops:
             array = op.apply(array)
@@ -157,6 +186,8 @@ class Rules:
     tags: list = field(default_factory=list)        # (glob, dict) merged into matching entries' tags
     target_name: object = None                      # callable applied to every renamed target name
     strict: bool = False                            # every kept tensor must match a rename (presets)
+    ops: list = field(default_factory=list)         # (glob, Op) applied last, in order (presets)
+    generated: list = field(default_factory=list)   # (target name, array): tensors no source tensor holds
 
 
 def _matches(globs, name):
@@ -232,12 +263,19 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise UsageError(f"the preset has no name for SOURCE tensor(s) {shown}: not the checkpoint layout it "
                          "converts (use conversion options, with --drop for tensors to leave out)")
+    for name, array in rules.generated:
+        array = np.ascontiguousarray(array)
+        entries.append(Entry(name, None, array.shape, _dtype_of(array), [], {"generated": array, "role": None}))
     seen = {}
     for entry in entries:
         if entry.target in seen:
             raise UsageError(f"two source tensors map to {entry.target!r}: {seen[entry.target]!r} and {entry.source!r}")
         seen[entry.target] = entry.source
     return entries
+
+
+def _dtype_of(array):
+    return "bfloat16" if array.dtype.name == "bfloat16" else array.dtype.name
 
 
 def _check_rope_options(rules):
@@ -290,4 +328,8 @@ def _convert(entry, rules, name, role):
             raise UsageError(f"--transpose of {name!r}: shape {entry.shape} has fewer than 2 axes")
         entry.ops.append(Op("transpose"))
         entry.tags["transposed"] = True
+    for glob, op in rules.ops:
+        if glob_match(name, glob):
+            entry.ops.append(op)
+            entry.dtype = op.dtype(entry.dtype)
     return entry

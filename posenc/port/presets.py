@@ -9,6 +9,8 @@
   builds the embeddings (`Embedding`, posenc_tf `LearnedEncoding`, `Embedding`, `LayerNormalization`,
   in that order) followed by one `Dense` / `LayerNormalization` per HF module, in HF's forward order;
   `model.load_weights(TARGET)` loads it.
+* `hf-{llama,mistral,qwen2,gemma,phi3,gpt-neox}-to-gguf`, `gguf-to-hf-{llama,qwen2,gemma,phi3,gpt-neox}`,
+  `hf-llama-to-flax`: `families.py`.
 * `t5x-to-hf-t5`: t5x parameter names (`[target/]encoder/layers_0/attention/query/kernel`, ...) -> HF
   `T5ForConditionalGeneration`; kernels transposed; relative bias tables `[heads, buckets]` ->
   `[buckets, heads]`, checked as encoder (bidirectional) and decoder (causal) T5 biases.
@@ -379,3 +381,7 @@ def t5x_to_hf_t5(reader, options: PresetOptions):
 
 PRESETS = {"meta-llama-to-hf": meta_llama_to_hf, "hf-bert-to-flax": hf_bert_to_flax,
            "hf-bert-to-keras": hf_bert_to_keras, "t5x-to-hf-t5": t5x_to_hf_t5}
+
+from .families import FAMILY_PRESETS  # noqa: E402 - families builds Presets lazily, no import cycle
+
+PRESETS.update(FAMILY_PRESETS)

@@ -1,0 +1,156 @@
+"""GGUF files in and out, with the `gguf` package llama.cpp publishes (gguf-py 0.19).
+
+Reading: `gguf.GGUFReader` (a memory map of the file). Tensor names are GGUF's (`token_embd.weight`,
+`blk.0.attn_q.weight`...); shapes are NumPy order, i.e. ggml's `ne` reversed, so a torch Linear
+`[out, in]` reads back `[out, in]`. F32/F16/F64 tensors are views of the map, BF16 is the map's bytes
+viewed as `ml_dtypes.bfloat16`; quantized tensors (Q4_0, Q8_0, K-quants...) are dequantized with
+`gguf.quants.dequantize` to float32 and reported as float32 (a port of a quantized file is a port of its
+dequantized values). A file whose tensors reach past its end, a bad magic, or a corrupt header is one
+UsageError.
+
+Writing: the header, key/values and tensor infos are written by `gguf.GGUFWriter`; the tensor data is
+streamed by us one tensor at a time, a block at a time, at GGUF's alignment (what
+`GGUFWriter.write_tensor_data` does, without holding a whole tensor's pages). float32, float16,
+bfloat16 and float64 tensors are written as F32/F16/BF16/F64; anything else is refused.
+
+`ROPE_TYPE_OF_ARCH`: llama.cpp does not store the rope type in the file; `llama_model_rope_type()` in
+src/llama-model.cpp (ggml-org/llama.cpp commit 00342301d01add50835550e8a916f12097d94517) hard-codes it
+per architecture. NORM rotates pairs of consecutive values (posenc layout "interleaved"), NEOX pairs
+`i` with `i + n_rot/2` (posenc layout "half"), MROPE is Qwen2-VL's multi-axis NEOX. The keys below are
+the architecture strings of `general.architecture` (`gguf.MODEL_ARCH_NAMES`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from posenc_np._dtypes import numpy_dtype
+from ..errors import UsageError
+
+__all__ = ["ROPE_TYPE_OF_ARCH", "ROPE_LAYOUT_OF_TYPE", "rope_type", "read_gguf", "write_gguf", "GGUF_KV_TYPES"]
+
+_NONE = ("clip", "gpt2", "gptj", "mpt", "refact", "bloom", "mamba", "mamba2", "jamba", "jina-bert-v2", "t5",
+         "t5encoder", "jais", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "wavtokenizer-dec", "nemotron_h")
+_NORM = ("llama", "llada", "llama4", "deci", "baichuan", "starcoder", "internlm2", "minicpm", "xverse", "command-r",
+         "cohere2", "olmo", "arctic", "deepseek", "deepseek2", "plm", "chatglm", "glm4", "granite", "granitemoe",
+         "granitehybrid", "chameleon", "bailingmoe", "neo-bert", "smollm3", "arcee", "ernie4_5", "ernie4_5-moe")
+_NEOX = ("falcon", "falcon-h1", "grok", "dbrx", "bert", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "stablelm",
+         "bitnet", "qwen", "qwen2", "dream", "qwen2moe", "qwen3", "qwen3moe", "qwen3next", "llada-moe", "olmo2",
+         "olmoe", "phi2", "phi3", "phimoe", "plamo", "plamo2", "gemma", "gemma2", "gemma3", "gemma3n",
+         "gemma-embedding", "starcoder2", "openelm", "gptneox", "codeshell", "orion", "nemotron", "exaone", "exaone4",
+         "minicpm3", "bailingmoe2", "dots1", "hunyuan-moe", "gpt-oss", "hunyuan-dense", "lfm2", "lfm2moe",
+         "smallthinker", "glm4moe", "seed_oss", "grovemoe", "apertus")
+#: general.architecture -> "none" | "norm" | "neox" | "mrope" (llama.cpp llama_model_rope_type, see above)
+ROPE_TYPE_OF_ARCH = {**{a: "none" for a in _NONE}, **{a: "norm" for a in _NORM}, **{a: "neox" for a in _NEOX},
+                     "qwen2vl": "mrope"}
+#: the posenc layout that each llama.cpp rope type rotates with
+ROPE_LAYOUT_OF_TYPE = {"norm": "interleaved", "neox": "half", "mrope": "half"}
+
+#: value types `write_gguf` accepts in its key/value list
+GGUF_KV_TYPES = ("uint32", "int32", "uint64", "float32", "bool", "string", "array")
+
+
+def rope_type(arch: str) -> str:
+    """llama.cpp's rope type of a GGUF architecture; UsageError for one the table does not list."""
+    if arch not in ROPE_TYPE_OF_ARCH:
+        raise UsageError(f"GGUF architecture {arch!r} is not in llama.cpp's llama_model_rope_type table that posenc "
+                         f"carries ({len(ROPE_TYPE_OF_ARCH)} architectures); its rope type is unknown")
+    return ROPE_TYPE_OF_ARCH[arch]
+
+
+def read_gguf(path):
+    """A `formats.Reader` over a GGUF file; `.metadata` holds every key/value, `.gguf_types` the tensor types."""
+    import gguf
+
+    from .formats import Reader
+
+    reader = gguf.GGUFReader(path)
+    size = os.path.getsize(path)
+    shapes, dtypes, tensors, types = {}, {}, {}, {}
+    for tensor in reader.tensors:
+        end = int(tensor.data_offset) + int(tensor.n_bytes)
+        if end > size:
+            raise UsageError(f"{path!r} is truncated: tensor {tensor.name!r} ends at byte {end}, the file has {size}")
+        shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+        kind = tensor.tensor_type
+        if kind == gguf.GGMLQuantizationType.BF16:
+            dtype = "bfloat16"
+        elif kind in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F64):
+            dtype = {"F32": "float32", "F16": "float16", "F64": "float64"}[kind.name]
+        elif kind.name.startswith("I"):
+            dtype = kind.name.lower().replace("i", "int")
+        else:
+            dtype = "float32"  # dequantized
+        shapes[tensor.name], dtypes[tensor.name], tensors[tensor.name], types[tensor.name] = shape, dtype, tensor, kind.name
+
+    def get(name):
+        tensor = tensors[name]
+        kind = tensor.tensor_type
+        if kind == gguf.GGMLQuantizationType.BF16:
+            return np.asarray(tensor.data).reshape(-1).view(numpy_dtype("bfloat16")).reshape(shapes[name])
+        if types[name] in ("F32", "F16", "F64") or types[name].startswith("I"):
+            return tensor.data.reshape(shapes[name])
+        return gguf.quants.dequantize(np.asarray(tensor.data), kind).reshape(shapes[name]).astype(np.float32)
+
+    metadata = {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
+    out = Reader(path, shapes, dtypes, get, metadata)
+    out.gguf_types = types
+    return out
+
+
+_GGML = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
+
+
+def write_gguf(path, entries, metadata, *, block=1 << 24):
+    """Write `entries` (name, shape, dtype, thunk) with `metadata["gguf"] = {"arch": ..., "kv": [(key, value, type)]}`."""
+    import gguf
+
+    from .formats import _checked, drop_pages
+
+    spec = metadata.get("gguf")
+    if not spec or not spec.get("arch"):
+        raise UsageError("writing GGUF needs an architecture and its metadata: use a preset (hf-llama-to-gguf, "
+                         "hf-qwen2-to-gguf, ...)")
+    writer = gguf.GGUFWriter(path, spec["arch"])
+    for key, value, kind in spec.get("kv", ()):
+        if kind == "string":
+            writer.add_string(key, str(value))
+        elif kind == "uint32":
+            writer.add_uint32(key, int(value))
+        elif kind == "int32":
+            writer.add_int32(key, int(value))
+        elif kind == "uint64":
+            writer.add_uint64(key, int(value))
+        elif kind == "float32":
+            writer.add_float32(key, float(value))
+        elif kind == "bool":
+            writer.add_bool(key, bool(value))
+        elif kind == "array":
+            writer.add_array(key, list(value))
+        else:
+            raise AssertionError(f"internal: GGUF value type {kind!r} of {key!r}")
+    for name, shape, dtype, _ in entries:
+        if dtype not in _GGML:
+            raise UsageError(f"tensor {name!r}: dtype {dtype} cannot be written to GGUF (float32, float16, bfloat16, "
+                             "float64 only)")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
+        writer.add_tensor_info(name, tuple(shape), numpy_dtype(dtype), nbytes,
+                               raw_dtype=getattr(gguf.GGMLQuantizationType, _GGML[dtype]))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    out = writer.fout[0]
+    try:
+        for name, shape, dtype, thunk in entries:
+            array = _checked(name, shape, dtype, thunk())
+            writer.write_padding(out, out.tell())  # each tensor starts at the file's alignment
+            flat = array.reshape(-1).view(np.uint8)
+            for start in range(0, flat.size, block):
+                out.write(memoryview(flat[start:start + block]))
+                drop_pages(array)
+            writer.write_padding(out, flat.size)
+            del array, flat
+    finally:
+        writer.close()
