@@ -43,6 +43,10 @@ FAMILY_OF_ENCODING = {
     "randomized_positions": "randomized",
     "make_log_bucket_position": "deberta",
     "build_relative_position": "deberta",
+    # per-layer schedules, MLA, attention temperature (issue 13)
+    "rope_schedule_from_hf_config": "schedule",
+    "apply_mla_rope": "mla",
+    "llama4_attn_scale": "temperature",
 }
 
 
