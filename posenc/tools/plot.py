@@ -22,7 +22,7 @@ from .figures import new_figure, suptitle
 
 __all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves", "attention_weights",
            "load_table", "figure_table", "figure_rope_decay", "figure_bias", "figure_attention_maps", "figure_diff",
-           "figure_experiment", "figure_mrope", "mrope_assignment"]
+           "figure_experiment", "figure_mrope", "mrope_assignment", "figure_schedule", "schedule_rows"]
 
 TABLE_ENCODINGS = {"sinusoidal": "sinusoidal", "rope": "apply_rope", "learned": "learned"}
 #: the encodings `posenc experiment` trains a model with, "none" included
@@ -396,6 +396,66 @@ def figure_mrope(*, convention="qwen2-vl", dim=None):
     return figure
 
 
+def schedule_rows(config):
+    """One row per decoder layer of a Hugging Face config (a dict, a transformers config or a config.json path):
+    `(layer, base or None, scaling type or "NoPE", rotary_dim or 0, layout or "")`, from
+    `posenc_np.rope_schedule_from_hf_config`; a config it cannot read is a UsageError naming why."""
+    from posenc_np.schedule import _as_dict, rope_schedule_from_hf_config
+
+    try:
+        schedule = rope_schedule_from_hf_config(config)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"--config: {error}") from None
+    rows = []
+    for i, entry in enumerate(schedule):
+        if entry is None:
+            rows.append((i, None, "NoPE", 0, ""))
+        else:
+            kind = (entry["scaling"] or {}).get("rope_type", "default")
+            rows.append((i, entry["base"], kind, entry["rotary_dim"], entry["layout"]))
+    return rows, _as_dict(config)
+
+
+def figure_schedule(*, config):
+    """Layer x (RoPE base, scaling type, NoPE) of a per-layer schedule (docs/schedules.md): bars of the base on
+    a log axis coloured by scaling type, NoPE layers as hatched grey bars, and the rotary width per layer."""
+    rows, cfg = schedule_rows(config)
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg \
+        else cfg
+    layers = np.array([r[0] for r in rows])
+    kinds = list(dict.fromkeys(r[2] for r in rows if r[1] is not None))
+    colours = dict(zip(kinds, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")))
+    bases = [r[1] for r in rows if r[1] is not None]
+    floor = min(bases) / 10 if bases else 1.0
+    top = max(bases) * 10 if bases else 10.0
+    figure = new_figure(max(6.0, min(16.0, 0.25 * len(rows) + 4)), 5.5)
+    ax_base, ax_dim = figure.subplots(2, 1, sharex=True, height_ratios=(2, 1))
+    for kind in kinds:
+        mine = [r for r in rows if r[2] == kind and r[1] is not None]
+        ax_base.bar([r[0] for r in mine], [r[1] - floor for r in mine], bottom=floor, color=colours[kind],
+                    label=kind, width=0.8)
+        ax_dim.bar([r[0] for r in mine], [r[3] for r in mine], color=colours[kind], width=0.8)
+    nope = [r[0] for r in rows if r[1] is None]
+    if nope:
+        label = "NoPE" + (" (+ query temperature)" if text.get("attn_temperature_tuning") else "")
+        ax_base.bar(nope, [top - floor] * len(nope), bottom=floor, color="0.85", hatch="//", edgecolor="0.5",
+                    label=label, width=0.8)
+    ax_base.set_yscale("log")
+    ax_base.set_ylim(floor, top)
+    ax_base.set_ylabel("RoPE base (rope_theta)")
+    ax_base.legend(loc="upper right", fontsize=8, title="scaling type", title_fontsize=8)
+    layouts = sorted({r[4] for r in rows if r[4]})
+    ax_dim.set_ylabel("rotary_dim")
+    ax_dim.set_xlabel("decoder layer")
+    ax_dim.set_title(f"rotated channels per layer ({' / '.join(layouts) or 'none'} layout)", fontsize="small")
+    step = max(1, len(rows) // 32)
+    ax_dim.set_xticks(layers[::step])
+    mla = " (MLA rope slice)" if text.get("qk_rope_head_dim") else ""
+    suptitle(figure, f"{text.get('model_type', 'config')}: per-layer RoPE schedule, {len(rows)} layers, "
+                     f"{len(nope)} NoPE{mla}")
+    return figure
+
+
 FIGURES = {"table": figure_table, "rope-decay": figure_rope_decay, "bias": figure_bias,
            "attention-maps": figure_attention_maps, "diff": figure_diff, "experiment": figure_experiment,
-           "mrope": figure_mrope}
+           "mrope": figure_mrope, "schedule": figure_schedule}

@@ -40,6 +40,8 @@ def _figure(args):
                                 backend_b=args.backend_b)
     if args.kind == "mrope":
         return plot.figure_mrope(convention=args.convention, dim=args.dim)
+    if args.kind == "schedule":
+        return plot.figure_schedule(config=args.config)
     return plot.figure_experiment(args.report)
 
 
@@ -119,6 +121,10 @@ def add_parser(sub) -> None:
     p.add_argument("--convention", default="qwen2-vl",
                    help="qwen2-vl, qwen3-vl, qwen2-vl-vision, pixtral or flux (default qwen2-vl)")
     p.add_argument("--dim", type=int, help="head dim (default: the convention's, 64 for the vision towers)")
+
+    p = kind("schedule", "a model's per-layer RoPE schedule: layer x (base, scaling type, NoPE)")
+    p.add_argument("--config", required=True, help="a Hugging Face config.json (Gemma 2/3/4, Llama 4, Cohere2, "
+                                                   "SmolLM3, DeepSeek MLA, any Llama-like family)")
 
     p = kind("experiment", "perplexity against evaluation length from a saved `posenc experiment --json` report")
     p.add_argument("report", help="the JSON report")

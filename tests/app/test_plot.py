@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -156,3 +157,23 @@ def test_unwritable_output_exits_2(out, needle, tmp_path, capsys):
     assert main(["plot", "table", "--out", str(tmp_path / out)]) == 2
     assert needle in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_schedule_figure_from_a_config_json(tmp_path, capsys):
+    """`posenc plot schedule --config config.json`: layer x (base, scaling type, NoPE) of Llama 4 and Gemma 3."""
+    from posenc.check.cases_schedule import CONFIGS
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIGS["llama4"]))
+    out = tmp_path / "schedule.png"
+    assert main(["plot", "schedule", "--config", str(path), "--out", str(out), "--dpi", "40"]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
+    rows, _ = plot.schedule_rows(str(path))
+    assert rows == [(i, 500000.0, "llama3", 16, "interleaved") for i in range(3)] + [(3, None, "NoPE", 0, "")]
+    gemma, _ = plot.schedule_rows(CONFIGS["gemma3"])  # a dict works too: sliding 1e4 default, global 1e6 linear
+    assert [(r[1], r[2]) for r in gemma] == [(1e4, "default"), (1e6, "linear")] * 2
+    assert plot.figure_schedule(config=CONFIGS["deepseek-v3"]).get_suptitle().endswith("(MLA rope slice)")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**CONFIGS["llama4"], "model_type": "gemma3_text"}))  # no_rope_layers: meaning unknown
+    assert main(["plot", "schedule", "--config", str(bad), "--out", str(tmp_path / "x.png")]) == 2
+    assert "no_rope_layers is read only for" in capsys.readouterr().err
