@@ -60,8 +60,10 @@ def _check_directory_target(target):
         raise UsageError(f"cannot write TARGET {target!r}: directory {parent!r} does not exist")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"cannot write TARGET {target!r}: directory {parent!r} is not writable")
-    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
-        raise UsageError(f"cannot write TARGET {target!r}: it exists and is not an empty directory (a checkpoint "
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"cannot write TARGET {target!r}: it exists and is not a directory")
+    if os.path.isdir(directory) and os.listdir(directory):
+        raise UsageError(f"cannot write TARGET {target!r}: it is a directory that is not empty (a checkpoint "
                          "directory is written whole, never into an existing one)")
 
 

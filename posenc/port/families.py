@@ -364,7 +364,10 @@ def _hf_config_from_gguf(family, reader, options):
               "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
               "max_position_embeddings": int(get("context_length")), "vocab_size": vocab,
               family.eps[0]: float(get(family.eps[1])), "rope_theta": base,
-              "tie_word_embeddings": "output.weight" not in reader, "torch_dtype": "float32"}
+              "tie_word_embeddings": "output.weight" not in reader, "torch_dtype": "float32",
+              # the token ids the GGUF's tokenizer section names; None rather than a family default outside the vocab
+              "bos_token_id": md.get("tokenizer.ggml.bos_token_id"), "eos_token_id": md.get("tokenizer.ggml.eos_token_id"),
+              "pad_token_id": md.get("tokenizer.ggml.padding_token_id")}
     if family.name == "gpt-neox":
         config.update(rotary_pct=n_rot / head_dim, use_parallel_residual=True)
         config.pop("head_dim")
@@ -395,6 +398,9 @@ def _hf_config_from_gguf(family, reader, options):
         attn = md.get(f"{a}.rope.scaling.attn_factor")
         if attn is not None:
             scaling["attention_factor"] = float(attn)
+        # Phi3Config has its own top-level original_max_position_embeddings (default 4096) that the rotary
+        # module reads first: leaving it out would switch to the long factors at 4096, not at `original`
+        config["original_max_position_embeddings"] = original
     elif stype not in ("none", None):
         raise UsageError(f"GGUF rope.scaling.type {stype!r} has no HF form in posenc")
     if scaling and scaling.get("rope_type") == "llama3" and "rope_freqs.weight" in reader:

@@ -66,7 +66,11 @@ def read_gguf(path):
 
     from .formats import Reader
 
-    reader = gguf.GGUFReader(path)
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError) as error:  # its parse errors
+        raise UsageError(f"{path!r} is not a readable GGUF (truncated or corrupt): gguf.GGUFReader said: "
+                         f"{type(error).__name__}: {error}") from None
     size = os.path.getsize(path)
     shapes, dtypes, tensors, types = {}, {}, {}, {}
     for tensor in reader.tensors:
