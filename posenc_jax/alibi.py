@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posenc_np.alibi import alibi_slopes as _spec_slopes
+from posenc_np._modules import ALiBiConfig
 from posenc_np.alibi import check_alibi_args
 
 from ._common import position_pair, resolve_dtype, spec_constant
@@ -45,8 +46,7 @@ class ALiBi(nnx.Module):
     """ALiBi bias as an NNX module (no parameters): `ALiBi(num_heads, form=...)(q_positions, k_positions)`."""
 
     def __init__(self, num_heads, *, form="symmetric", dtype=None):
-        self.num_heads = check_alibi_args(num_heads, form)
-        self.form = form
+        ALiBiConfig(num_heads, form=form).bind(self)
         self.dtype = resolve_dtype(dtype)
 
     def __call__(self, q_positions, k_positions):

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_np._validate import check_positive_int
+from posenc_np._modules import RelativeConfig
 from posenc_np.relative import check_relative_args
 
 from ._common import position_pair
@@ -31,10 +31,9 @@ class RelativePositionEmbedding(nnx.Module):
     """Trainable `table [2*max_distance + 1, dim]` (`nnx.Param`, N(0, 0.02) init), called with positions."""
 
     def __init__(self, max_distance, dim, *, sign="key-query", rngs: nnx.Rngs, dtype=jnp.float32):
-        self.max_distance = check_relative_args(None, max_distance, sign)
-        self.dim = check_positive_int("dim", dim)
-        self.sign = sign
-        self.table = nnx.Param(0.02 * jax.random.normal(rngs.params(), (2 * self.max_distance + 1, self.dim), dtype))
+        config = RelativeConfig(max_distance, dim, sign=sign)
+        config.bind(self)
+        self.table = nnx.Param(0.02 * jax.random.normal(rngs.params(), config.table_shape, dtype))
 
     def __call__(self, q_positions, k_positions):
         return relative_embeddings(self.table[...], q_positions, k_positions, max_distance=self.max_distance,

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc_np._validate import check_integer_positions, check_positive_int, check_table
+from posenc_np._modules import T5BiasConfig
+from posenc_np._validate import check_integer_positions, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
 from ._common import is_tracing, position_pair, spec_constant
@@ -65,10 +66,10 @@ class T5RelativeBias(nnx.Module):
 
     def __init__(self, num_heads, *, bidirectional=True, num_buckets=32, max_distance=128, rngs: nnx.Rngs,
                  dtype=jnp.float32):
-        check_t5_args(bidirectional, num_buckets, max_distance)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.bidirectional, self.num_buckets, self.max_distance = bool(bidirectional), num_buckets, max_distance
-        self.table = nnx.Param(0.02 * jax.random.normal(rngs.params(), (num_buckets, self.num_heads), dtype))
+        config = T5BiasConfig(num_heads, bidirectional=bidirectional, num_buckets=num_buckets,
+                              max_distance=max_distance)
+        config.bind(self)
+        self.table = nnx.Param(0.02 * jax.random.normal(rngs.params(), config.table_shape, dtype))
 
     def __call__(self, q_positions, k_positions):
         return t5_bias(self.table[...], q_positions, k_positions, bidirectional=self.bidirectional,

@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from posenc_np.alibi import alibi_slopes as _spec_slopes
+from posenc_np._modules import ALiBiConfig
 from posenc_np.alibi import check_alibi_args
 
 from ._common import bias_output_shape, position_pair, register_serializable, resolve_dtype, spec_constant
@@ -50,8 +51,7 @@ class ALiBi(keras.layers.Layer):
 
     def __init__(self, num_heads, *, form="symmetric", **kwargs):
         super().__init__(**kwargs)
-        self.num_heads = check_alibi_args(num_heads, form)
-        self.form = form
+        ALiBiConfig(num_heads, form=form).bind(self)
         self.built = True
 
     def call(self, q_positions, k_positions):
@@ -62,4 +62,4 @@ class ALiBi(keras.layers.Layer):
         return bias_output_shape(self.num_heads, q_positions_shape, k_positions_shape)
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "form": self.form}
+        return {**super().get_config(), **self.config.as_dict()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._validate import check_positive_int
+from posenc_np._modules import RelativeConfig
 from posenc_np.relative import check_relative_args
 
 from ._common import bias_output_shape, position_pair, register_serializable
@@ -32,10 +32,9 @@ class RelativePositionEmbedding(keras.layers.Layer):
 
     def __init__(self, max_distance, dim, *, sign="key-query", **kwargs):
         super().__init__(**kwargs)
-        self.max_distance = check_relative_args(None, max_distance, sign)
-        self.dim = check_positive_int("dim", dim)
-        self.sign = sign
-        self.table = self.add_weight(name="table", shape=(2 * self.max_distance + 1, self.dim),
+        config = RelativeConfig(max_distance, dim, sign=sign)
+        config.bind(self)
+        self.table = self.add_weight(name="table", shape=config.table_shape,
                                      initializer=keras.initializers.RandomNormal(stddev=0.02))
         self.built = True
 
@@ -48,4 +47,4 @@ class RelativePositionEmbedding(keras.layers.Layer):
         return bias_output_shape(None, q_positions_shape, k_positions_shape, self.dim)
 
     def get_config(self):
-        return {**super().get_config(), "max_distance": self.max_distance, "dim": self.dim, "sign": self.sign}
+        return {**super().get_config(), **self.config.as_dict()}

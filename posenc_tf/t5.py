@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._validate import check_integer_positions, check_positive_int, check_table
+from posenc_np._modules import T5BiasConfig
+from posenc_np._validate import check_integer_positions, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
 from ._common import as_tensor, bias_output_shape, is_tracing, position_pair, register_serializable, spec_constant
@@ -69,10 +70,10 @@ class T5RelativeBias(keras.layers.Layer):
 
     def __init__(self, num_heads, *, bidirectional=True, num_buckets=32, max_distance=128, **kwargs):
         super().__init__(**kwargs)
-        check_t5_args(bidirectional, num_buckets, max_distance)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.bidirectional, self.num_buckets, self.max_distance = bool(bidirectional), num_buckets, max_distance
-        self.table = self.add_weight(name="table", shape=(num_buckets, self.num_heads),
+        config = T5BiasConfig(num_heads, bidirectional=bidirectional, num_buckets=num_buckets,
+                              max_distance=max_distance)
+        config.bind(self)
+        self.table = self.add_weight(name="table", shape=config.table_shape,
                                      initializer=keras.initializers.RandomNormal(stddev=0.02))
         self.built = True
 
@@ -85,5 +86,4 @@ class T5RelativeBias(keras.layers.Layer):
         return bias_output_shape(self.num_heads, q_positions_shape, k_positions_shape)
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "bidirectional": self.bidirectional,
-                "num_buckets": self.num_buckets, "max_distance": self.max_distance}
+        return {**super().get_config(), **self.config.as_dict()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from posenc_np.alibi import alibi_slopes as _spec_slopes
+from posenc_np._modules import ALiBiConfig
 from posenc_np.alibi import check_alibi_args
 
 from ._common import as_tensor, position_pair, resolve_dtype, spec_constant
@@ -55,12 +56,11 @@ class ALiBi(torch.nn.Module):
 
     def __init__(self, num_heads, *, form="symmetric", dtype=None):
         super().__init__()
-        self.num_heads = check_alibi_args(num_heads, form)
-        self.form = form
+        ALiBiConfig(num_heads, form=form).bind(self)
         self.dtype = resolve_dtype(dtype)
 
     def forward(self, q_positions, k_positions):
         return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, dtype=self.dtype)
 
     def extra_repr(self):
-        return f"num_heads={self.num_heads}, form={self.form!r}"
+        return self.config.repr_args()

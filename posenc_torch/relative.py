@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_positive_int
+from posenc_np._modules import RelativeConfig
 from posenc_np.relative import check_relative_args
 
 from ._common import position_pair
@@ -34,10 +34,9 @@ class RelativePositionEmbedding(torch.nn.Module):
 
     def __init__(self, max_distance, dim, *, sign="key-query", dtype=None, device=None):
         super().__init__()
-        self.max_distance = check_relative_args(None, max_distance, sign)
-        self.dim = check_positive_int("dim", dim)
-        self.sign = sign
-        self.table = torch.nn.Parameter(torch.empty(2 * self.max_distance + 1, self.dim, dtype=dtype, device=device))
+        config = RelativeConfig(max_distance, dim, sign=sign)
+        config.bind(self)
+        self.table = torch.nn.Parameter(torch.empty(config.table_shape, dtype=dtype, device=device))
         torch.nn.init.normal_(self.table, std=0.02)
 
     def forward(self, q_positions, k_positions):
@@ -45,4 +44,4 @@ class RelativePositionEmbedding(torch.nn.Module):
                                    sign=self.sign)
 
     def extra_repr(self):
-        return f"max_distance={self.max_distance}, dim={self.dim}, sign={self.sign!r}"
+        return self.config.repr_args()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_integer_positions, check_positive_int, check_table
+from posenc_np._modules import T5BiasConfig
+from posenc_np._validate import check_integer_positions, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
 from ._common import as_tensor, is_tracing, position_pair, spec_constant
@@ -66,10 +67,10 @@ class T5RelativeBias(torch.nn.Module):
 
     def __init__(self, num_heads, *, bidirectional=True, num_buckets=32, max_distance=128, dtype=None, device=None):
         super().__init__()
-        check_t5_args(bidirectional, num_buckets, max_distance)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.bidirectional, self.num_buckets, self.max_distance = bool(bidirectional), num_buckets, max_distance
-        self.table = torch.nn.Parameter(torch.empty(num_buckets, self.num_heads, dtype=dtype, device=device))
+        config = T5BiasConfig(num_heads, bidirectional=bidirectional, num_buckets=num_buckets,
+                              max_distance=max_distance)
+        config.bind(self)
+        self.table = torch.nn.Parameter(torch.empty(config.table_shape, dtype=dtype, device=device))
         torch.nn.init.normal_(self.table, std=0.02)
 
     def forward(self, q_positions, k_positions):
@@ -77,5 +78,4 @@ class T5RelativeBias(torch.nn.Module):
                        num_buckets=self.num_buckets, max_distance=self.max_distance)
 
     def extra_repr(self):
-        return (f"num_heads={self.num_heads}, bidirectional={self.bidirectional}, "
-                f"num_buckets={self.num_buckets}, max_distance={self.max_distance}")
+        return self.config.repr_args()
