@@ -28,6 +28,30 @@ Types and their source:
     keras-hub-yarn     keras-hub RotaryEmbedding rope_type="yarn": truncate defaults to False, high is
                clamped to r/2 - 1, attention scale always 0.1 ln(factor) + 1
 
+    keras-hub-yarn covers keras-hub <= 0.31.x. keras-hub 0.32.0 (PR #2981, merged 2026-08-24) defaults
+               truncate to True, clamps high to r - 1 and no longer clips positions: its frequencies are
+               HF's `yarn`; its attention scale is still always 0.1 ln(factor) + 1 (no attention_factor/mscale)
+
+Runtime variants (what another runtime computes for the same HF dict; `posenc spec --runtime`):
+    vllm-ntk   vLLM `NTKScalingRotaryEmbedding` (vllm/model_executor/layers/rotary_embedding/ntk_scaling_rope.py,
+               commit 03587f55): inv_j = (base * factor) ** (-2j / r) / factor ** (2 / r); with `mixed_b`:
+               inv_j = base ** (-2j / r) / exp(a * (j + 1) ** mixed_b), a = ln(factor) / (r / 2) ** mixed_b.
+               NOT the static NTK-aware `ntk` (base * factor ** (r / (r - 2)))
+    vllm-longrope  vLLM `Phi3LongRoPEScaledRotaryEmbedding` (phi3_long_rope_scaled_rope.py, commit 17d618b0):
+               the long factors for EVERY position when the server's `max_model_len` > L, else the short ones
+               (decided once, to keep the KV cache consistent); scale = long_mscale / short_mscale, default
+               sqrt(1 + ln(factor) / ln L) with factor = max_position_embeddings / L; `attention_factor` is
+               not read
+    mlx-longrope   mlx-lm `SuScaledRoPE` (mlx_lm/models/rope_utils.py, commit d78bf58e, 2026-08-22): the long
+               factors always; scale sqrt(1 + ln(factor) / ln L) (factor = max_position_embeddings / L)
+               multiplies x, which is the same as multiplying cos and sin
+    mlx-yarn   mlx-lm `YarnRoPE` (same file): correction range always floored and ceiled (no `truncate` key),
+               attention scale m(factor, mscale) / m(factor, mscale_all_dim) with mscale = 1,
+               mscale_all_dim = 0 by default (so `mscale` alone changes it, unlike HF), `attention_factor`
+               not read
+    llamacpp-freq-factors  llama.cpp's `rope_freqs` tensor (GGUF): inv_j = base ** (-2j / r) / freq_factors[j]
+               (ggml `ggml_rope_ext` with freq_factors; what convert_hf_to_gguf.py writes for llama3 scaling)
+
 Here r is the rotary dim, j = 0 .. r/2 - 1. The keras-hub variants are distinct names on purpose: the
 same word ("dynamic", "yarn") means different frequencies in the two libraries.
 """
@@ -278,6 +302,96 @@ def _longrope(r, base, p, seq_len):
     return inv_freq, float(scale)
 
 
+def _check_vllm_ntk(params, rotary_dim):
+    _number(params, "factor")
+    if params["mixed_b"] is not None:
+        _number(params, "mixed_b")
+
+
+def _vllm_ntk(r, base, p, seq_len):
+    factor = p["factor"]
+    if p["mixed_b"] is None:  # ntk_scaling_rope.py: base * factor, then / factor ** (2 / r)
+        return default_inv_freq(r, base * factor) / factor ** (2.0 / r), 1.0
+    a = math.log(factor) / (r / 2) ** p["mixed_b"]
+    return default_inv_freq(r, base) / np.exp(a * np.arange(1, r // 2 + 1, dtype=np.float64) ** p["mixed_b"]), 1.0
+
+
+def _check_factor_lists(params, rotary_dim, keys):
+    for key in keys:
+        value = params[key]
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise ValueError(f"scaling[{key!r}] must be a list of rotary_dim/2 = {rotary_dim // 2} numbers, "
+                             f"got {value!r}")
+        array = np.asarray(value, dtype=np.float64) if len(value) else np.zeros(0)
+        if array.shape != (rotary_dim // 2,):
+            raise ValueError(f"scaling[{key!r}] has {len(value)} entries; rotary_dim={rotary_dim} needs "
+                             f"rotary_dim/2 = {rotary_dim // 2}")
+        if not np.all(np.isfinite(array)) or np.any(array <= 0):
+            raise ValueError(f"scaling[{key!r}] must hold finite numbers > 0")
+
+
+def _longrope_default_scale(factor, original):
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def _check_vllm_longrope(params, rotary_dim):
+    _check_factor_lists(params, rotary_dim, ("short_factor", "long_factor"))
+    _length(params, "original_max_position_embeddings")
+    _length(params, "max_model_len")
+    _number(params, "factor")
+    for key in ("short_mscale", "long_mscale"):
+        if params[key] is not None:
+            _number(params, key)
+
+
+def _vllm_longrope(r, base, p, seq_len):
+    long = p["max_model_len"] > p["original_max_position_embeddings"]
+    ext = np.asarray(p["long_factor" if long else "short_factor"], dtype=np.float64)
+    default = _longrope_default_scale(p["factor"], p["original_max_position_embeddings"])
+    scale = p["long_mscale" if long else "short_mscale"]
+    return default_inv_freq(r, base) / ext, float(default if scale is None else scale)
+
+
+def _check_mlx_longrope(params, rotary_dim):
+    _check_factor_lists(params, rotary_dim, ("long_factor",) + (("short_factor",) if params["short_factor"]
+                                                                   is not None else ()))
+    _length(params, "original_max_position_embeddings")
+    _number(params, "factor")
+
+
+def _mlx_longrope(r, base, p, seq_len):
+    ext = np.asarray(p["long_factor"], dtype=np.float64)  # SuScaledRoPE: long factors at every length
+    return default_inv_freq(r, base) / ext, _longrope_default_scale(p["factor"], p["original_max_position_embeddings"])
+
+
+def _check_mlx_yarn(params, rotary_dim):
+    _number(params, "factor")
+    _length(params, "original_max_position_embeddings")
+    for key in ("beta_fast", "beta_slow"):
+        _number(params, key)
+    for key in ("mscale", "mscale_all_dim"):
+        _number(params, key, positive=False)
+    if params["beta_fast"] < params["beta_slow"]:
+        raise ValueError(f"scaling['beta_fast']={params['beta_fast']} must be >= "
+                         f"scaling['beta_slow']={params['beta_slow']}")
+
+
+def _mlx_yarn(r, base, p, seq_len):
+    factor = p["factor"]
+    extrapolated = default_inv_freq(r, base)
+    ramp = _yarn_ramp(r, base, {**p, "truncate": True}, high_limit=r - 1)  # YarnRoPE always floors and ceils
+    inv_freq = extrapolated / factor * ramp + extrapolated * (1.0 - ramp)
+    return inv_freq, _yarn_mscale(factor, p["mscale"]) / _yarn_mscale(factor, p["mscale_all_dim"])
+
+
+def _check_freq_factors(params, rotary_dim):
+    _check_factor_lists(params, rotary_dim, ("freq_factors",))
+
+
+def _freq_factors(r, base, p, seq_len):
+    return default_inv_freq(r, base) / np.asarray(p["freq_factors"], dtype=np.float64), 1.0
+
+
 _YARN_OPTIONAL = {"attention_factor": None, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": None,
                   "mscale_all_dim": None, "truncate": True}
 _HF = "transformers/modeling_rope_utils.py"
@@ -303,7 +417,21 @@ SCALING_TYPES = MappingProxyType({t.name: t for t in [
     ScalingType("keras-hub-yarn", ("factor", "original_max_position_embeddings"),
                 {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
                 lambda r, base, p, s: _yarn(r, base, p, s, keras_hub=True), _check_keras_yarn,
-                source="keras_hub/src/layers/modeling/rotary_embedding.py rope_type='yarn'"),
+                source="keras_hub/src/layers/modeling/rotary_embedding.py rope_type='yarn' (keras-hub <= 0.31.x)"),
+    ScalingType("vllm-ntk", ("factor",), {"mixed_b": None}, _vllm_ntk, _check_vllm_ntk,
+                source="vllm/model_executor/layers/rotary_embedding/ntk_scaling_rope.py (commit 03587f55)"),
+    ScalingType("vllm-longrope", ("short_factor", "long_factor", "original_max_position_embeddings", "factor",
+                                  "max_model_len"), {"short_mscale": None, "long_mscale": None},
+                _vllm_longrope, _check_vllm_longrope,
+                source="vllm/model_executor/layers/rotary_embedding/phi3_long_rope_scaled_rope.py (commit 17d618b0)"),
+    ScalingType("mlx-longrope", ("long_factor", "original_max_position_embeddings", "factor"),
+                {"short_factor": None}, _mlx_longrope, _check_mlx_longrope,
+                source="mlx_lm/models/rope_utils.py SuScaledRoPE (mlx-lm commit d78bf58e)"),
+    ScalingType("mlx-yarn", ("factor", "original_max_position_embeddings"),
+                {"beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}, _mlx_yarn,
+                _check_mlx_yarn, source="mlx_lm/models/rope_utils.py YarnRoPE (mlx-lm commit d78bf58e)"),
+    ScalingType("llamacpp-freq-factors", ("freq_factors",), {}, _freq_factors, _check_freq_factors,
+                source="llama.cpp GGUF tensor rope_freqs (ggml_rope_ext freq_factors; convert_hf_to_gguf.py)"),
 ]})
 
 # Keys a pasted HF dict may carry that belong to other arguments.
