@@ -15,12 +15,13 @@ from .check import command as check_command
 from . import export as export_command
 from .errors import UsageError
 from .port import command as port_command
+from .spec import command as spec_command
 from .tools import experiment_command, plot_command
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS"]
 
-#: The modules that add subcommands, in help order: check; port and doctor; plot; experiment; export.
-SUBCOMMANDS = (check_command, port_command, plot_command, experiment_command, export_command)
+#: The modules that add subcommands, in help order: check; port and doctor; plot; experiment; export; spec.
+SUBCOMMANDS = (check_command, port_command, plot_command, experiment_command, export_command, spec_command)
 
 
 def build_parser():
