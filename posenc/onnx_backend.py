@@ -61,6 +61,8 @@ def _rope(args, kwargs):
     x = np.asarray(x)
     dtype = _float_dtype(x)
     positions = _int_positions("positions", positions)
+    if kwargs.get("mrope_section") is not None:  # never drop it silently: the rotation would be 1-D RoPE's
+        raise NotExportable("multi-axis RoPE (mrope_section): RotaryEmbedding takes one position per token")
     if x.ndim != 4:
         raise NotExportable(f"x of rank {x.ndim}: the RotaryEmbedding operator takes 4-D (or 3-D) x")
     lead = np.broadcast_to(positions, x.shape[:-1])  # [B, A, S] with A the heads axis or the seq axis

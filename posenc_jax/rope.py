@@ -30,6 +30,7 @@ from flax import nnx
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
+from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
@@ -45,24 +46,36 @@ __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation",
 _TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095); beyond it: computed
 
 
-def _spec_plan(rotary_dim, base, scaling, layout):
+def _mrope(mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """The multi-axis keywords as one hashable key (None for 1-D RoPE); the spec's `rope_plan` validates them."""
+    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared":
+        return None
+    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies)
+
+
+def _spec_plan(rotary_dim, base, scaling, layout, mrope=None):
     """The spec's `RopePlan` (validates the parameters), computed once per parameters."""
     frozen = _freeze(scaling)
-    return spec_value(("rope_plan", rotary_dim, float(base), frozen, layout),
-                      lambda: rope_plan(rotary_dim, base=base, scaling=_thaw(frozen), layout=layout))
+    extra = {} if mrope is None else dict(mrope_section=_thaw(mrope[0]), mrope_interleaved=mrope[1],
+                                          mrope_frequencies=mrope[2])
+    return spec_value(("rope_plan", rotary_dim, float(base), frozen, layout, mrope),
+                      lambda: rope_plan(rotary_dim, base=base, scaling=_thaw(frozen), layout=layout, **extra))
 
 
-def _plan(rotary_dim, base, scaling, layout):
+def _plan(rotary_dim, base, scaling, layout, mrope=None):
     """`(kind, consts)`: the plan's kind and its numbers as the constants the graph reads.
 
     JAX: float32 NumPy arrays (double-float pieces), passed to the compiled `_apply` as arguments, so
-    one compilation serves every scaling of the same kind, shape and dtype.
+    one compilation serves every scaling of the same kind, shape and dtype. Multi-axis RoPE adds
+    `consts["axis"]`, the int32 `[r/2]` pair -> axis map (the number of axes is the positions' leading size).
     """
-    plan = _spec_plan(rotary_dim, base, scaling, layout)
+    plan = _spec_plan(rotary_dim, base, scaling, layout, mrope)
     frozen = _freeze(scaling)
 
     def make():
         consts = {"parts": split_float32(plan.turns), "scale": np.float32(plan.attention_scale)}
+        if plan.axis_of_pair is not None:
+            consts["axis"] = plan.axis_of_pair.astype(np.int32)
         if plan.kind == "longrope":
             consts.update(long=split_float32(plan.turns_long), original=np.float32(plan.original))
         if plan.kind == "dynamic":
@@ -70,7 +83,7 @@ def _plan(rotary_dim, base, scaling, layout):
                           slope=two_float(plan.factor / plan.original), offset=two_float(plan.factor - 1.0))
         return consts
 
-    return plan.kind, spec_value(("rope_consts", rotary_dim, float(base), frozen, layout), make)
+    return plan.kind, spec_value(("rope_consts", rotary_dim, float(base), frozen, layout, mrope), make)
 
 
 def _check_positions(positions):
@@ -88,8 +101,18 @@ def _turns(positions, kind, consts):
 
 
 def _half_cos_sin(positions, kind, consts):
-    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in double-float."""
-    angle = reduced_angle(positions, _turns(positions, kind, consts))
+    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in double-float.
+
+    Multi-axis positions `[A, ...]`: each axis's angles are reduced as in 1-D RoPE and pair `j` keeps the
+    one of axis `consts["axis"][j]` (A <= 4 reductions: the double-float precision holds per axis)."""
+    pieces = _turns(positions, kind, consts)
+    if "axis" in consts:
+        axis = jnp.asarray(consts["axis"])
+        angle = reduced_angle(positions[0], pieces)
+        for a in range(1, positions.shape[0]):
+            angle = jnp.where(axis == a, reduced_angle(positions[a], pieces), angle)
+    else:
+        angle = reduced_angle(positions, pieces)
     return jnp.cos(angle) * consts["scale"], jnp.sin(angle) * consts["scale"]
 
 
@@ -160,28 +183,44 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
-                 head_dim=None, dtype=None):
-    """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`."""
+                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`.
+
+    With `mrope_section`, positions `[A, ...]` give `[..., rotary_dim]` (multi-axis RoPE, `posenc_np.mrope`)."""
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout))
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
+    if mrope is not None:
+        check_mrope_positions(positions.shape, _spec_plan(rotary_dim, base, scaling, layout, mrope).num_axes)
+    cos, sin = _half_cos_sin(positions, kind, consts)
     dtype = resolve_dtype(dtype)
     return _expand(cos, layout).astype(dtype), _expand(sin, layout).astype(dtype)
 
 
-def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+def _check_shapes(x_shape, positions_shape, plan):
+    if plan.num_axes is not None:
+        check_mrope_positions(positions_shape, plan.num_axes)
+        positions_shape = positions_shape[1:]
+    check_rope_shapes(x_shape, positions_shape)
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
     """Rotate the first `rotary_dim` channels of `x`; see `posenc_np.apply_rope`.
 
-    `positions`: integer array broadcasting against `x.shape[:-1]` (float arrays raise).
+    `positions`: integer array broadcasting against `x.shape[:-1]` (float arrays raise); with
+    `mrope_section` (multi-axis RoPE) `[A, ...]`, the angles always computed (double-float per axis).
     """
     x = as_tensor(x)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    check_rope_shapes(x.shape, positions.shape)
-    kind, consts = _plan(rotary_dim, base, scaling, layout)
-    table = _spec_table(rotary_dim, base, scaling) if kind == "static" and positions.size else None
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    _check_shapes(x.shape, positions.shape, _spec_plan(rotary_dim, base, scaling, layout, mrope))
+    kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
+    table = _spec_table(rotary_dim, base, scaling) if kind == "static" and positions.size and mrope is None else None
     return _apply(x, positions, consts, table, kind=kind, rotary_dim=rotary_dim, layout=layout)
 
 
@@ -206,15 +245,20 @@ class RotaryEmbedding(nnx.Module):
     shared 4096-row table. A call whose positions all lie inside it gathers; otherwise the angles are
     computed (double-float reduction). The choice is a `lax.cond` on the traced positions, so jit never
     recompiles for a new length. `dynamic`/`longrope` always compute. No trainable weights.
+    `mrope_section`, `mrope_interleaved`, `mrope_frequencies`: multi-axis RoPE (positions `[A, ...]`,
+    always computed, no cache).
     """
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
-                 head_dim=None):
+                 head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
         self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
         self.base, self.layout, self.scaling, self.max_len, self.head_dim = float(base), layout, scaling, max_len, head_dim
-        plan = _spec_plan(self.rotary_dim, self.base, scaling, layout)
+        self.mrope_section, self.mrope_interleaved = mrope_section, mrope_interleaved
+        self.mrope_frequencies = mrope_frequencies
+        self._mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+        plan = _spec_plan(self.rotary_dim, self.base, scaling, layout, self._mrope)
         self.inv_freq = nnx.Cache(jnp.asarray(plan.turns * 2 * math.pi, jnp.float32))
-        rows = int(max_len) if max_len is not None and plan.kind == "static" else 0
+        rows = int(max_len) if max_len is not None and plan.kind == "static" and self._mrope is None else 0
         cos, sin = spec_rope_cos_sin(np.arange(rows), self.rotary_dim, base=base, scaling=scaling)
         half = self.rotary_dim // 2
         self.cache = nnx.Cache(jnp.asarray(np.stack([cos[:, :half], sin[:, :half]]), jnp.float32))  # [2, rows, r/2]
@@ -223,10 +267,11 @@ class RotaryEmbedding(nnx.Module):
         x, positions = as_tensor(x), as_tensor(positions)
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
         _check_positions(positions)
-        check_rope_shapes(x.shape, positions.shape)
-        kind, consts = _plan(self.rotary_dim, self.base, self.scaling, self.layout)
+        _check_shapes(x.shape, positions.shape, _spec_plan(self.rotary_dim, self.base, self.scaling, self.layout,
+                                                           self._mrope))
+        kind, consts = _plan(self.rotary_dim, self.base, self.scaling, self.layout, self._mrope)
         cache = self.cache[...]
-        if kind != "static":
+        if kind != "static" or self._mrope is not None:
             table = None
         elif cache.shape[1]:
             table = (cache[0], cache[1])

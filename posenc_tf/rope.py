@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
+from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
@@ -37,24 +38,36 @@ __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation",
 _TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095); beyond it: computed
 
 
-def _spec_plan(rotary_dim, base, scaling, layout):
+def _mrope(mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """The multi-axis keywords as one hashable key (None for 1-D RoPE); the spec's `rope_plan` validates them."""
+    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared":
+        return None
+    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies)
+
+
+def _spec_plan(rotary_dim, base, scaling, layout, mrope=None):
     """The spec's `RopePlan` (validates the parameters), computed once per parameters."""
     frozen = _freeze(scaling)
-    return spec_value(("rope_plan", rotary_dim, float(base), frozen, layout),
-                      lambda: rope_plan(rotary_dim, base=base, scaling=_thaw(frozen), layout=layout))
+    extra = {} if mrope is None else dict(mrope_section=_thaw(mrope[0]), mrope_interleaved=mrope[1],
+                                          mrope_frequencies=mrope[2])
+    return spec_value(("rope_plan", rotary_dim, float(base), frozen, layout, mrope),
+                      lambda: rope_plan(rotary_dim, base=base, scaling=_thaw(frozen), layout=layout, **extra))
 
 
-def _plan(rotary_dim, base, scaling, layout):
+def _plan(rotary_dim, base, scaling, layout, mrope=None):
     """`(kind, consts)`: the plan's kind and its numbers as the constants the graph reads (float64
-    tensors for the frequencies in turns; Python numbers for lengths and factors)."""
-    plan = _spec_plan(rotary_dim, base, scaling, layout)
+    tensors for the frequencies in turns; Python numbers for lengths and factors). Multi-axis RoPE adds
+    `consts["axis"]` (int64 `[r/2]` pair -> axis map) and `consts["axes"]` (the positions' leading size)."""
+    plan = _spec_plan(rotary_dim, base, scaling, layout, mrope)
     frozen = _freeze(scaling)
 
-    def const(field):
-        return spec_constant(("rope", rotary_dim, float(base), frozen, layout, field),
-                             lambda: getattr(plan, field), dtype=tf.float64)
+    def const(field, dtype=tf.float64):
+        return spec_constant(("rope", rotary_dim, float(base), frozen, layout, mrope, field),
+                             lambda: getattr(plan, field), dtype=dtype)
 
     consts = {"turns": const("turns"), "scale": const("attention_scale")}
+    if plan.axis_of_pair is not None:
+        consts.update(axis=const("axis_of_pair", tf.int64), axes=plan.num_axes)
     if plan.kind == "longrope":
         consts.update(turns_long=const("turns_long"), original=plan.original)
     if plan.kind == "dynamic":
@@ -79,8 +92,16 @@ def _turns(positions, kind, consts):
 
 
 def _half_cos_sin(positions, kind, consts):
-    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in float64."""
-    t = tf.cast(positions, tf.float64)[..., None] * _turns(positions, kind, consts)
+    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in float64.
+
+    Multi-axis positions `[A, ...]`: pair `j` reads axis `consts["axis"][j]` (a gather on the leading
+    axis moved last), each axis keeping the float64 reduction."""
+    if "axis" in consts:
+        rank = positions.shape.rank
+        moved = tf.transpose(positions, list(range(1, rank)) + [0])
+        t = tf.cast(tf.gather(moved, consts["axis"], axis=-1), tf.float64) * _turns(positions, kind, consts)
+    else:
+        t = tf.cast(positions, tf.float64)[..., None] * _turns(positions, kind, consts)
     angle = tf.cast((t - tf.round(t)) * (2 * math.pi), tf.float32)
     scale = tf.cast(consts["scale"], tf.float32)
     return tf.cos(angle) * scale, tf.sin(angle) * scale
@@ -133,9 +154,13 @@ def _expand(half, layout):
     return tf.concat([half, half], -1) if layout == "half" else tf.repeat(half, 2, axis=-1)
 
 
-def _check_shapes(x, positions):
-    if None not in tuple(x.shape) and None not in tuple(positions.shape):  # symbolic Keras shapes skip it
-        check_rope_shapes(tuple(x.shape), tuple(positions.shape))
+def _check_shapes(x, positions, consts=None):
+    lead = tuple(positions.shape)
+    if consts is not None and "axis" in consts:
+        check_mrope_positions(lead, consts["axes"])
+        lead = lead[1:]
+    if None not in tuple(x.shape) and None not in lead:  # symbolic Keras shapes skip it
+        check_rope_shapes(tuple(x.shape), lead)
 
 
 def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
@@ -149,27 +174,35 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
-                 head_dim=None, dtype=None):
-    """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`."""
+                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`.
+
+    With `mrope_section`, positions `[A, ...]` give `[..., rotary_dim]` (multi-axis RoPE, `posenc_np.mrope`)."""
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout))
+    kind, consts = _plan(rotary_dim, base, scaling, layout, _mrope(mrope_section, mrope_interleaved, mrope_frequencies))
+    if "axis" in consts:
+        check_mrope_positions(tuple(positions.shape), consts["axes"])
+    cos, sin = _half_cos_sin(positions, kind, consts)
     dtype = resolve_dtype(dtype)
     return tf.cast(_expand(cos, layout), dtype), tf.cast(_expand(sin, layout), dtype)
 
 
-def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
     """Rotate the first `rotary_dim` channels of `x`; see `posenc_np.apply_rope`.
 
-    `positions`: integer tensor broadcasting against `x.shape[:-1]` (float tensors raise).
+    `positions`: integer tensor broadcasting against `x.shape[:-1]` (float tensors raise); with
+    `mrope_section` (multi-axis RoPE) `[A, ...]`, the angles always computed (float64 reduction per axis).
     """
     x, positions = as_tensor(x), as_tensor(positions)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
-    _check_shapes(x, positions)
-    kind, consts = _plan(rotary_dim, base, scaling, layout)
-    table = _spec_table(rotary_dim, base, scaling) if kind == "static" else None
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
+    _check_shapes(x, positions, consts)
+    table = _spec_table(rotary_dim, base, scaling) if kind == "static" and mrope is None else None
     cos, sin = _gather_or_compute(positions, table, kind, consts)
     return _rotate(x, cos, sin, rotary_dim, layout)
 
@@ -199,19 +232,24 @@ class RotaryEmbedding(keras.layers.Layer):
     always compute. The output dtype follows `x` (inputs are not autocast to the dtype policy: in a
     mixed_bfloat16 model `x` arrives in bfloat16 and is rotated in float32); positions, frequencies
     and angles are never cast to the policy. `get_config` holds every constructor argument.
+    `mrope_section`, `mrope_interleaved`, `mrope_frequencies`: multi-axis RoPE (positions `[A, ...]`,
+    always computed, no cache).
     """
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
-                 head_dim=None, **kwargs):
+                 head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared", **kwargs):
         super().__init__(**kwargs)
         self._convert_input_args = False  # the output follows x's dtype, as apply_rope's does; no autocast
         self._allow_non_tensor_positional_args = True  # NumPy x / positions, converted in call
         self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
         self.rotary_pct, self.head_dim = rotary_pct, head_dim
         self.base, self.layout, self.scaling, self.max_len = float(base), layout, scaling, max_len
-        plan = _spec_plan(self.rotary_dim, self.base, scaling, layout)
+        self.mrope_section = list(mrope_section) if isinstance(mrope_section, (list, tuple)) else mrope_section
+        self.mrope_interleaved, self.mrope_frequencies = bool(mrope_interleaved), mrope_frequencies
+        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, mrope_frequencies)
+        plan = _spec_plan(self.rotary_dim, self.base, scaling, layout, self._mrope)
         self._cache = None
-        if max_len is not None and plan.kind == "static":
+        if max_len is not None and plan.kind == "static" and self._mrope is None:
             cos, sin = spec_rope_cos_sin(range(int(max_len)), self.rotary_dim, base=base, scaling=scaling)
             half = self.rotary_dim // 2
             with tf.init_scope():  # eager constants, also when the layer is built inside a tf.function
@@ -222,9 +260,9 @@ class RotaryEmbedding(keras.layers.Layer):
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
         positions = as_tensor(positions)
         _check_positions(positions)
-        _check_shapes(x, positions)
-        kind, consts = _plan(self.rotary_dim, self.base, self.scaling, self.layout)
-        if kind != "static":
+        kind, consts = _plan(self.rotary_dim, self.base, self.scaling, self.layout, self._mrope)
+        _check_shapes(x, positions, consts)
+        if kind != "static" or self._mrope is not None:
             table = None
         else:
             table = self._cache or _spec_table(self.rotary_dim, self.base, self.scaling)
@@ -238,4 +276,5 @@ class RotaryEmbedding(keras.layers.Layer):
         rotary_dim = None if self.rotary_pct is not None else self.rotary_dim  # as given: one of the two
         return {**super().get_config(), "rotary_dim": rotary_dim, "base": self.base, "layout": self.layout,
                 "scaling": self.scaling, "max_len": self.max_len, "rotary_pct": self.rotary_pct,
-                "head_dim": self.head_dim}
+                "head_dim": self.head_dim, "mrope_section": self.mrope_section,
+                "mrope_interleaved": self.mrope_interleaved, "mrope_frequencies": self.mrope_frequencies}

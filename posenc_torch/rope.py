@@ -26,6 +26,7 @@ import torch
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
+from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
 
@@ -43,37 +44,51 @@ _TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095);
 _PLANS: dict = {}  # spec plans: NumPy values only
 
 
-def _spec_plan(rotary_dim, base, scaling, layout):
+def _mrope(mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """The multi-axis keywords as one hashable key (None for 1-D RoPE); the spec's `rope_plan` validates them."""
+    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared":
+        return None
+    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies)
+
+
+def _spec_plan(rotary_dim, base, scaling, layout, mrope=None):
     """The spec's `RopePlan` (validates the parameters), computed once per parameters. Called outside
     traces only (module construction, `make` functions); traced code reads `_plan`'s values."""
-    key = (rotary_dim, float(base), _freeze(scaling), layout)
+    key = (rotary_dim, float(base), _freeze(scaling), layout, mrope)
     if key not in _PLANS:
-        _PLANS[key] = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+        extra = {} if mrope is None else dict(mrope_section=_thaw(mrope[0]), mrope_interleaved=mrope[1],
+                                              mrope_frequencies=mrope[2])
+        _PLANS[key] = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, **extra)
     return _PLANS[key]
 
 
-def _plan_field(rotary_dim, base, frozen, layout, field):
-    value = getattr(_spec_plan(rotary_dim, base, _thaw(frozen), layout), field)
+def _plan_field(rotary_dim, base, frozen, layout, field, mrope=None):
+    value = getattr(_spec_plan(rotary_dim, base, _thaw(frozen), layout, mrope), field)
     return np.atleast_1d(value) if isinstance(value, np.ndarray) else value
 
 
-def _plan(rotary_dim, base, scaling, layout, device=None):
+def _plan(rotary_dim, base, scaling, layout, device=None, mrope=None):
     """`(kind, consts)`: the plan's kind and its numbers as the constants the graph reads (float64
     tensors on `device` for the frequencies in turns; Python numbers for lengths and factors).
 
     Every `make` below closes over Python values only, so under torch.compile Dynamo runs it at trace
     time as a constant function and never traces the spec.
-    """
-    key = ("rope", rotary_dim, float(base), _freeze(scaling), layout)
-    frozen = key[3]
-    kind, original, factor = spec_value(key + ("scalars",), lambda: tuple(
-        _plan_field(rotary_dim, base, frozen, layout, f) for f in ("kind", "original", "factor")))
 
-    def const(field):
-        return spec_constant(key + (field,), lambda: np.atleast_1d(_plan_field(rotary_dim, base, frozen, layout, field)),
-                             dtype=torch.float64, device=device)
+    Multi-axis RoPE (`mrope`, see `_mrope`): `consts["axis"]` is the int64 `[r/2]` pair -> axis map and
+    `consts["axes"]` the size of the positions' leading axis; the turns are in pair order already.
+    """
+    key = ("rope", rotary_dim, float(base), _freeze(scaling), layout, mrope)
+    frozen = key[3]
+    kind, original, factor, axes = spec_value(key + ("scalars",), lambda: tuple(
+        _plan_field(rotary_dim, base, frozen, layout, f, mrope) for f in ("kind", "original", "factor", "num_axes")))
+
+    def const(field, dtype=torch.float64):
+        return spec_constant(key + (field,), lambda: np.atleast_1d(_plan_field(rotary_dim, base, frozen, layout, field,
+                                                                               mrope)), dtype=dtype, device=device)
 
     consts = {"turns": const("turns"), "scale": const("attention_scale")}
+    if axes is not None:
+        consts.update(axis=const("axis_of_pair", torch.int64), axes=axes)
     if kind == "longrope":
         consts.update(turns_long=const("turns_long"), original=original)
     if kind == "dynamic":
@@ -99,8 +114,15 @@ def _turns(positions, kind, consts):
 
 
 def _half_cos_sin(positions, kind, consts):
-    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in float64."""
-    t = positions.to(torch.float64)[..., None] * _turns(positions, kind, consts)
+    """`[..., r/2]` float32 cos and sin (attention scale folded in), the angle reduced in float64.
+
+    Multi-axis positions `[A, ...]`: pair `j` reads axis `consts["axis"][j]` (a gather of the positions'
+    leading axis moved last), so each axis keeps the float64 reduction of the 1-D path."""
+    if "axis" in consts:
+        per_pair = positions.movedim(0, -1)[..., consts["axis"]]
+        t = per_pair.to(torch.float64) * _turns(positions, kind, consts)
+    else:
+        t = positions.to(torch.float64)[..., None] * _turns(positions, kind, consts)
     angle = ((t - torch.round(t)) * (2 * math.pi)).to(torch.float32)
     scale = consts["scale"].to(torch.float32)
     return torch.cos(angle) * scale, torch.sin(angle) * scale
@@ -272,18 +294,24 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
-                 head_dim=None, dtype=None):
-    """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`."""
+                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`.
+
+    With `mrope_section`, positions `[A, ...]` give `[..., rotary_dim]` (multi-axis RoPE, `posenc_np.mrope`)."""
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    cos, sin = _half_cos_sin(positions, *_plan(rotary_dim, base, scaling, layout, positions.device))
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    kind, consts = _plan(rotary_dim, base, scaling, layout, positions.device, mrope)
+    if "axis" in consts:
+        check_mrope_positions(positions.shape, consts["axes"])
+    cos, sin = _half_cos_sin(positions, kind, consts)
     dtype = resolve_dtype(dtype)
     return _expand(cos, layout).to(dtype), _expand(sin, layout).to(dtype)
 
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
-               out=None):
+               out=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
     """Rotate the first `rotary_dim` channels of `x`; see `posenc_np.apply_rope`.
 
     `positions` is an integer tensor broadcasting against `x.shape[:-1]` (float tensors raise).
@@ -293,17 +321,29 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     return, skipping the allocation of fresh output memory; `out=x` rotates in place. Another
     tensor overlapping x raises ValueError. Eager in-place/`out=` calls are not differentiable
     through `x` (use the default for training).
+
+    Multi-axis RoPE (`mrope_section`, `mrope_interleaved`, `mrope_frequencies`; `posenc_np.apply_rope`):
+    positions `[A, ...]`, `positions[0]` broadcasting against `x.shape[:-1]`; the angles are always
+    computed (float64 reduction per axis), never gathered from the 1-D table.
     """
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     positions = as_tensor(positions, device=x.device)
     _check_positions(positions)
-    check_rope_shapes(x.shape, positions.shape)
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    kind, consts = _plan(rotary_dim, base, scaling, layout, x.device, mrope)
+    _check_shapes(x.shape, positions.shape, consts)
     if out is not None:
         _check_out(x, out)
-    kind, consts = _plan(rotary_dim, base, scaling, layout, x.device)
-    table = _spec_table(rotary_dim, base, scaling, x.device) if kind == "static" else None
+    table = _spec_table(rotary_dim, base, scaling, x.device) if kind == "static" and mrope is None else None
     cos, sin = _gather_or_compute(positions, table, kind, consts)
     return _rotate(x, cos, sin, rotary_dim, layout, out)
+
+
+def _check_shapes(x_shape, positions_shape, consts):
+    if "axis" in consts:
+        check_mrope_positions(positions_shape, consts["axes"])
+        positions_shape = positions_shape[1:]
+    check_rope_shapes(x_shape, positions_shape)
 
 
 def rope_permutation(head_dim, *, source, target, rotary_dim=None):
@@ -335,16 +375,23 @@ class RotaryEmbedding(torch.nn.Module):
     `longrope` scaling depend on the sequence length and always compute directly (no table).
 
     `rotary_pct` (GPT-NeoX) needs `head_dim`; `rotary_dim = int(head_dim * rotary_pct)`.
+
+    `mrope_section`, `mrope_interleaved`, `mrope_frequencies`: multi-axis RoPE (called with positions
+    `[A, ...]`); the pair -> axis map is the int64 buffer `axis_of_pair`, and the angles are always
+    computed (no cache).
     """
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
-                 head_dim=None):
+                 head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
         super().__init__()
         self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
         self.base, self.layout, self.scaling, self.max_len = float(base), layout, scaling, max_len
         self.head_dim = head_dim
-        self._spec = _spec_plan(self.rotary_dim, self.base, scaling, layout)
-        if max_len is not None and self._spec.kind == "static":
+        self.mrope_section, self.mrope_interleaved = mrope_section, mrope_interleaved
+        self.mrope_frequencies = mrope_frequencies
+        self._mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+        self._spec = _spec_plan(self.rotary_dim, self.base, scaling, layout, self._mrope)
+        if max_len is not None and self._spec.kind == "static" and self._mrope is None:
             cos, sin = spec_rope_cos_sin(range(int(max_len)), self.rotary_dim, base=base, scaling=scaling)
             self._cache = (cos[:, : self.rotary_dim // 2], sin[:, : self.rotary_dim // 2])
         else:
@@ -360,6 +407,8 @@ class RotaryEmbedding(torch.nn.Module):
             buffers["turns_long"] = (spec.turns_long, torch.float64)
         if spec.kind == "dynamic":
             buffers["exponent"] = (spec.dynamic_exponent, torch.float64)
+        if spec.axis_of_pair is not None:
+            buffers["axis_of_pair"] = (spec.axis_of_pair, torch.int64)
         if self._cache is not None:
             buffers["cos_cache"] = (self._cache[0], torch.float32)
             buffers["sin_cache"] = (self._cache[1], torch.float32)
@@ -378,22 +427,29 @@ class RotaryEmbedding(torch.nn.Module):
             consts.update(turns_long=self.turns_long, original=self._spec.original)
         if self._spec.kind == "dynamic":
             consts.update(exponent=self.exponent, original=self._spec.original, factor=self._spec.factor)
+        if self._spec.axis_of_pair is not None:
+            consts.update(axis=self.axis_of_pair, axes=self._spec.num_axes)
         return consts
 
     def forward(self, x, positions):
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
         positions = as_tensor(positions, device=x.device)
         _check_positions(positions)
-        check_rope_shapes(x.shape, positions.shape)
-        if self._spec.kind != "static":
+        consts = self._consts()
+        _check_shapes(x.shape, positions.shape, consts)
+        if self._spec.kind != "static" or self._mrope is not None:
             table = None
         elif self._cache is not None:
             table = (self.cos_cache, self.sin_cache)
         else:
             table = _spec_table(self.rotary_dim, self.base, self.scaling, x.device)
-        cos, sin = _gather_or_compute(positions, table, self._spec.kind, self._consts())
+        cos, sin = _gather_or_compute(positions, table, self._spec.kind, consts)
         return _rotate(x, cos, sin, self.rotary_dim, self.layout)
 
     def extra_repr(self):
-        return (f"rotary_dim={self.rotary_dim}, base={self.base}, layout={self.layout!r}, scaling={self.scaling!r}, "
+        text = (f"rotary_dim={self.rotary_dim}, base={self.base}, layout={self.layout!r}, scaling={self.scaling!r}, "
                 f"max_len={self.max_len}")
+        if self._mrope is not None:
+            text += (f", mrope_section={self.mrope_section!r}, mrope_interleaved={self.mrope_interleaved}, "
+                     f"mrope_frequencies={self.mrope_frequencies!r}")
+        return text

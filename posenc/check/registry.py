@@ -25,7 +25,7 @@ DTYPES = BACKEND_DTYPES
 MODES = ("eager", "jit")
 
 #: Modules that register cases, in report order.
-CASE_MODULES = ("cases_absolute", "cases_rope", "cases_bias", "cases_grad", "cases_packing",
+CASE_MODULES = ("cases_absolute", "cases_rope", "cases_mrope", "cases_bias", "cases_grad", "cases_packing",
                 "cases_research", "cases_schedule")
 
 
