@@ -6,7 +6,7 @@ every shard must exist and hold exactly the tensors the index gives it (a missin
 the index lists but no shard holds, or one a shard holds that the index does not list is a UsageError).
 Each shard is memory-mapped one tensor at a time, as a single safetensors file is.
 
-Writing: as transformers' `save_pretrained(max_shard_size=...)` (and `huggingface_hub`'s
+Writing: as transformers' `save_pretrained(max_shard_size=...)` (`huggingface_hub`'s
 `split_torch_state_dict_into_shards`): tensors in order, a new shard when the next tensor would take
 the current one over the limit (a tensor larger than the limit gets a shard of its own), files
 `model-00001-of-00003.safetensors` ... and `model.safetensors.index.json` with
@@ -118,10 +118,15 @@ def _nbytes(shape, dtype):
 
 
 def plan_shards(entries, max_shard_size):
-    """Lists of entries per shard, save_pretrained's greedy rule."""
+    """Lists of entries per shard: huggingface_hub's `split_state_dict_into_shards_factory` rule (what
+    save_pretrained uses): in order, a new shard when the next tensor would take the current one over
+    the limit; a tensor larger than the limit gets a shard of its own and the current shard goes on."""
     shards, current, size = [], [], 0
     for entry in entries:
         nbytes = _nbytes(entry[1], entry[2])
+        if nbytes > max_shard_size:
+            shards.append([entry])
+            continue
         if current and size + nbytes > max_shard_size:
             shards.append(current)
             current, size = [], 0
