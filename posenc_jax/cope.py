@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_np._validate import check_positive_int
+from posenc_np._modules import CoPEConfig
 from posenc_np.cope import check_cope_shapes
 
 __all__ = ["cope", "CoPE"]
@@ -34,8 +34,9 @@ class CoPE(nnx.Module):
     called with `(query, attn_logits)`."""
 
     def __init__(self, dim, max_pos, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32):
-        self.dim, self.max_pos = check_positive_int("dim", dim), check_positive_int("max_pos", max_pos)
-        self.pos_emb = nnx.Param(jnp.zeros((self.max_pos, self.dim), dtype))
+        config = CoPEConfig(dim, max_pos)
+        config.bind(self)
+        self.pos_emb = nnx.Param(jnp.zeros(config.table_shape, dtype))
 
     @property
     def table(self):

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posenc_np.dynamic import check_dynamic_args
-from posenc_np.sinusoidal import check_sinusoidal_args
+from posenc_np._modules import DynamicConfig
 
 from .sinusoidal import sinusoidal
 
@@ -41,8 +41,8 @@ class DynamicPositionEncoding(nnx.Module):
 
     def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", rngs: nnx.Rngs,
                  param_dtype=jnp.float32):
-        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
-        self.base, self.layout, self.denominator = float(base), layout, denominator
+        config = DynamicConfig(dim, base=base, layout=layout, denominator=denominator)
+        config.bind(self)
         self.proj = nnx.Linear(self.dim, self.dim, rngs=rngs, param_dtype=param_dtype)
 
     @property

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_np._validate import check_positive_float, check_positive_int
-from posenc_np.fire import check_fire_params
+from posenc_np._modules import FIREConfig
+from posenc_np.fire import check_fire_eps, check_fire_params
 
 from ._common import position_pair
 
@@ -20,8 +20,7 @@ def fire_bias(c, L, w1, b1, w2, b2, q_positions, k_positions, *, eps=1e-6):
     """
     c, L, w1, b1, w2, b2 = (jnp.asarray(a) for a in (c, L, w1, b1, w2, b2))
     check_fire_params(c.shape, L.shape, w1.shape, b1.shape, w2.shape, b2.shape)
-    if eps != 0:
-        check_positive_float("eps", eps)
+    check_fire_eps(eps)
     q, k = position_pair(q_positions, k_positions, integer=False)
     q32, k32 = q.astype(jnp.float32), k.astype(jnp.float32)
     c32, L32, w1_32, b1_32, w2_32, b2_32 = (a.astype(jnp.float32) for a in (c, L, w1, b1, w2, b2))
@@ -45,12 +44,10 @@ class FIREBias(nnx.Module):
 
     def __init__(self, num_heads, *, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, rngs: nnx.Rngs,
                  param_dtype=jnp.float32):
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.mlp_width = check_positive_int("mlp_width", mlp_width)
-        self.init_L, self.eps = check_positive_float("init_L", init_L), float(eps)
+        FIREConfig(num_heads, mlp_width=mlp_width, init_c=init_c, init_L=init_L, eps=eps).bind(self)
         self.mlp_in = nnx.Linear(1, self.mlp_width, rngs=rngs, param_dtype=param_dtype)
         self.mlp_out = nnx.Linear(self.mlp_width, self.num_heads, rngs=rngs, param_dtype=param_dtype)
-        self.c = nnx.Param(jnp.asarray(init_c, param_dtype))
+        self.c = nnx.Param(jnp.asarray(self.init_c, param_dtype))
         self.L_multiplier = nnx.Param(jnp.asarray(1.0, param_dtype))
 
     def __call__(self, q_positions, k_positions):

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from posenc_np._modules import KERPLEConfig
 from posenc_np._validate import check_positive_int
 from posenc_np.kerple import check_kerple_params, sandwich_head_scale, sandwich_inv_freq
 
@@ -51,9 +52,7 @@ class KERPLEBias(nnx.Module):
     >= eps (and r2 <= 2 for the power kernel) in every call, as KERPLE's code does."""
 
     def __init__(self, num_heads, *, kernel="log", eps=0.01, rngs: nnx.Rngs, dtype=jnp.float32):
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        check_kerple_params((self.num_heads,), (self.num_heads,), kernel)
-        self.kernel, self.eps = kernel, float(eps)
+        KERPLEConfig(num_heads, kernel=kernel, eps=eps).bind(self)
         self.r1 = nnx.Param(jax.random.uniform(rngs.params(), (self.num_heads,), dtype, 0.0, 2.0))
         self.r2 = nnx.Param(jax.random.uniform(rngs.params(), (self.num_heads,), dtype, 0.0, 1.0))
 

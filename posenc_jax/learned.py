@@ -8,6 +8,7 @@ import numpy as np
 from flax import nnx
 
 from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np._modules import LearnedConfig
 from posenc_np.learned import resize_weights
 
 from ._common import is_tracing, spec_constant
@@ -59,9 +60,9 @@ class LearnedEncoding(nnx.Module):
     """A trainable `[max_len, dim]` table (`nnx.Param` attribute `table`, N(0, 0.02) init)."""
 
     def __init__(self, max_len, dim, *, rngs: nnx.Rngs, dtype=jnp.float32):
-        self.max_len = check_positive_int("max_len", max_len)
-        self.dim = check_positive_int("dim", dim)
-        self.table = nnx.Param(0.02 * jax.random.normal(rngs.params(), (self.max_len, self.dim), dtype))
+        config = LearnedConfig(max_len, dim)
+        config.bind(self)
+        self.table = nnx.Param(0.02 * jax.random.normal(rngs.params(), config.table_shape, dtype))
 
     def __call__(self, positions):
         return learned(self.table[...], positions)

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from posenc_np._modules import SinusoidalConfig
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
-from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
 
 from ._common import is_tracing, resolve_dtype, spec_constant
 
@@ -41,13 +41,10 @@ class SinusoidalEncoding(nnx.Module):
     """
 
     def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", max_len=None, dtype=None):
-        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
-        self.base, self.layout, self.denominator, self.max_len = float(base), layout, denominator, max_len
+        config = SinusoidalConfig(dim, base=base, layout=layout, denominator=denominator, max_len=max_len)
+        config.bind(self)
         self.dtype = dtype
-        rows = 0 if max_len is None else int(max_len)
-        self.cache = nnx.Cache(jnp.asarray(np.asarray(
-            spec_sinusoidal(range(rows), self.dim, base=self.base, layout=layout, denominator=denominator),
-            np.float32).reshape(rows, self.dim)))
+        self.cache = nnx.Cache(jnp.asarray(config.cache_table().astype(np.float32)))
 
     def __call__(self, positions):
         positions = jnp.asarray(positions)

@@ -35,6 +35,7 @@ import numpy as np
 
 from ._validate import check_positive_float, check_positive_int
 from .alibi import check_alibi_args
+from .fire import check_fire_eps
 from .kerple import check_kerple_params
 from .relative import check_relative_args
 from .sinusoidal import check_sinusoidal_args
@@ -221,12 +222,10 @@ class FIREConfig(ModuleConfig):
     eps: float = 1e-6
 
     def __post_init__(self):
-        if self.eps != 0:
-            check_positive_float("eps", self.eps)
         self._set(num_heads=check_positive_int("num_heads", self.num_heads),
                   mlp_width=check_positive_int("mlp_width", self.mlp_width),
                   init_c=check_positive_float("init_c", self.init_c),
-                  init_L=check_positive_float("init_L", self.init_L), eps=float(self.eps))
+                  init_L=check_positive_float("init_L", self.init_L), eps=check_fire_eps(self.eps))
 
 
 @dataclasses.dataclass(frozen=True)

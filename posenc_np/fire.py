@@ -6,7 +6,7 @@ import numpy as np
 
 from ._validate import check_position_pair, check_positive_float, check_real_positions
 
-__all__ = ["fire_bias", "check_fire_params"]
+__all__ = ["fire_bias", "check_fire_params", "check_fire_eps"]
 
 
 def check_fire_params(c_shape, L_shape, w1_shape, b1_shape, w2_shape, b2_shape) -> tuple[int, int]:
@@ -26,6 +26,11 @@ def check_fire_params(c_shape, L_shape, w1_shape, b1_shape, w2_shape, b2_shape) 
     if tuple(b2_shape) != (heads,):
         raise ValueError(f"b2 must have shape ({heads},), got shape {tuple(b2_shape)}")
     return width, heads
+
+
+def check_fire_eps(eps) -> float:
+    """FIRE's `eps` (added to the normaliser `psi(L)`): 0, or a finite real > 0."""
+    return 0.0 if eps == 0 else check_positive_float("eps", eps)
 
 
 def fire_bias(c, L, w1, b1, w2, b2, q_positions, k_positions, *, eps=1e-6):
@@ -70,8 +75,7 @@ def fire_bias(c, L, w1, b1, w2, b2, q_positions, k_positions, *, eps=1e-6):
     check_fire_params(c.shape, L.shape, np.shape(w1), np.shape(b1), np.shape(w2), np.shape(b2))
     c, L = c.reshape(()), L.reshape(())
     w1, b1, w2, b2 = (np.asarray(a, np.float64) for a in (w1, b1, w2, b2))
-    if eps != 0:
-        check_positive_float("eps", eps)
+    check_fire_eps(eps)
     q = check_real_positions("q_positions", q_positions).astype(np.float64)
     k = check_real_positions("k_positions", k_positions).astype(np.float64)
     check_position_pair(q.shape, k.shape)

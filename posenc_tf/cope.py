@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._validate import check_positive_int
+from posenc_np._modules import CoPEConfig
 from posenc_np.cope import check_cope_shapes
 
 from ._common import as_tensor, register_serializable
@@ -38,8 +38,9 @@ class CoPE(keras.layers.Layer):
 
     def __init__(self, dim, max_pos, **kwargs):
         super().__init__(**kwargs)
-        self.dim, self.max_pos = check_positive_int("dim", dim), check_positive_int("max_pos", max_pos)
-        self.pos_emb = self.add_weight(name="pos_emb", shape=(self.max_pos, self.dim), initializer="zeros")
+        config = CoPEConfig(dim, max_pos)
+        config.bind(self)
+        self.pos_emb = self.add_weight(name="pos_emb", shape=config.table_shape, initializer="zeros")
         self.built = True
 
     @property
@@ -53,4 +54,4 @@ class CoPE(keras.layers.Layer):
         return tuple(attn_logits_shape)
 
     def get_config(self):
-        return {**super().get_config(), "dim": self.dim, "max_pos": self.max_pos}
+        return {**super().get_config(), **self.config.as_dict()}

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from posenc_np.dynamic import check_dynamic_args
-from posenc_np.sinusoidal import check_sinusoidal_args
+from posenc_np._modules import DynamicConfig
 
 from ._common import as_tensor, register_serializable
 from .sinusoidal import sinusoidal
@@ -43,8 +43,8 @@ class DynamicPositionEncoding(keras.layers.Layer):
 
     def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", **kwargs):
         super().__init__(**kwargs)
-        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
-        self.base, self.layout, self.denominator = float(base), layout, denominator
+        config = DynamicConfig(dim, base=base, layout=layout, denominator=denominator)
+        config.bind(self)
         self.proj = keras.layers.Dense(self.dim, name="proj", dtype=self.dtype_policy)
         self.proj.build((None, self.dim))
         self.built = True
@@ -63,5 +63,4 @@ class DynamicPositionEncoding(keras.layers.Layer):
         return tuple(input_shape)
 
     def get_config(self):
-        return {**super().get_config(), "dim": self.dim, "base": self.base, "layout": self.layout,
-                "denominator": self.denominator}
+        return {**super().get_config(), **self.config.as_dict()}

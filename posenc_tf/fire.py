@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._validate import check_positive_float, check_positive_int
-from posenc_np.fire import check_fire_params
+from posenc_np._modules import FIREConfig
+from posenc_np.fire import check_fire_eps, check_fire_params
 
 from ._common import as_tensor, bias_output_shape, position_pair, register_serializable
 
@@ -20,8 +20,7 @@ def fire_bias(c, L, w1, b1, w2, b2, q_positions, k_positions, *, eps=1e-6):
     """
     c, L, w1, b1, w2, b2 = (as_tensor(a) for a in (c, L, w1, b1, w2, b2))
     check_fire_params(c.shape, L.shape, w1.shape, b1.shape, w2.shape, b2.shape)
-    if eps != 0:
-        check_positive_float("eps", eps)
+    check_fire_eps(eps)
     q, k = position_pair(q_positions, k_positions, integer=False)
     q32, k32 = tf.cast(q, tf.float32), tf.cast(k, tf.float32)
     f32 = [tf.cast(a, tf.float32) for a in (c, L, w1, b1, w2, b2)]
@@ -49,9 +48,7 @@ class FIREBias(keras.layers.Layer):
 
     def __init__(self, num_heads, *, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, **kwargs):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.mlp_width = check_positive_int("mlp_width", mlp_width)
-        self.init_c, self.init_L, self.eps = float(init_c), check_positive_float("init_L", init_L), float(eps)
+        FIREConfig(num_heads, mlp_width=mlp_width, init_c=init_c, init_L=init_L, eps=eps).bind(self)
         self.mlp_in = keras.layers.Dense(self.mlp_width, name="mlp_in", dtype=self.dtype_policy)
         self.mlp_in.build((None, 1))
         self.mlp_out = keras.layers.Dense(self.num_heads, name="mlp_out", dtype=self.dtype_policy)
@@ -69,5 +66,4 @@ class FIREBias(keras.layers.Layer):
         return bias_output_shape(self.num_heads, q_positions_shape, k_positions_shape)
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "mlp_width": self.mlp_width,
-                "init_c": self.init_c, "init_L": self.init_L, "eps": self.eps}
+        return {**super().get_config(), **self.config.as_dict()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from posenc_np._modules import KERPLEConfig
 from posenc_np._validate import check_positive_int
 from posenc_np.kerple import check_kerple_params, sandwich_head_scale, sandwich_inv_freq
 
@@ -53,9 +54,7 @@ class KERPLEBias(keras.layers.Layer):
 
     def __init__(self, num_heads, *, kernel="log", eps=0.01, **kwargs):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        check_kerple_params((self.num_heads,), (self.num_heads,), kernel)
-        self.kernel, self.eps = kernel, float(eps)
+        KERPLEConfig(num_heads, kernel=kernel, eps=eps).bind(self)
         self.r1 = self.add_weight(name="r1", shape=(self.num_heads,),
                                   initializer=keras.initializers.RandomUniform(0.0, 2.0))
         self.r2 = self.add_weight(name="r2", shape=(self.num_heads,),
@@ -71,4 +70,4 @@ class KERPLEBias(keras.layers.Layer):
         return bias_output_shape(self.num_heads, q_positions_shape, k_positions_shape)
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "kernel": self.kernel, "eps": self.eps}
+        return {**super().get_config(), **self.config.as_dict()}

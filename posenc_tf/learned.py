@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np._modules import LearnedConfig
 from posenc_np.learned import resize_weights
 
 from ._common import as_tensor, is_tracing, register_serializable, spec_constant
@@ -66,9 +67,9 @@ class LearnedEncoding(keras.layers.Layer):
 
     def __init__(self, max_len, dim, **kwargs):
         super().__init__(**kwargs)
-        self.max_len = check_positive_int("max_len", max_len)
-        self.dim = check_positive_int("dim", dim)
-        self.table = self.add_weight(name="table", shape=(self.max_len, self.dim),
+        config = LearnedConfig(max_len, dim)
+        config.bind(self)
+        self.table = self.add_weight(name="table", shape=config.table_shape,
                                      initializer=keras.initializers.RandomNormal(stddev=0.02))
         self.built = True
 
@@ -79,4 +80,4 @@ class LearnedEncoding(keras.layers.Layer):
         return (*input_shape, self.dim)
 
     def get_config(self):
-        return {**super().get_config(), "max_len": self.max_len, "dim": self.dim}
+        return {**super().get_config(), **self.config.as_dict()}

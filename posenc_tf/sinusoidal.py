@@ -6,8 +6,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from posenc_np._modules import SinusoidalConfig
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
-from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
 
 from ._common import as_tensor, is_tracing, register_serializable, resolve_dtype, spec_constant
 
@@ -47,11 +47,9 @@ class SinusoidalEncoding(keras.layers.Layer):
 
     def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", max_len=None, **kwargs):
         super().__init__(**kwargs)
-        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
-        self.base, self.layout, self.denominator, self.max_len = float(base), layout, denominator, max_len
-        rows = 0 if max_len is None else int(max_len)
-        self._cache = np.asarray(spec_sinusoidal(range(rows), self.dim, base=self.base, layout=layout,
-                                                 denominator=denominator), np.float32).reshape(rows, self.dim)
+        config = SinusoidalConfig(dim, base=base, layout=layout, denominator=denominator, max_len=max_len)
+        config.bind(self)
+        self._cache = config.cache_table().astype(np.float32)
         self.built = True
 
     def call(self, positions):
@@ -72,5 +70,4 @@ class SinusoidalEncoding(keras.layers.Layer):
         return (*input_shape, self.dim)
 
     def get_config(self):
-        return {**super().get_config(), "dim": self.dim, "base": self.base, "layout": self.layout,
-                "denominator": self.denominator, "max_len": self.max_len}
+        return {**super().get_config(), **self.config.as_dict()}

@@ -8,7 +8,7 @@ from posenc_np.alibi import alibi_slopes as _spec_slopes
 from posenc_np._modules import ALiBiConfig
 from posenc_np.alibi import check_alibi_args
 
-from ._common import as_tensor, position_pair, resolve_dtype, spec_constant
+from ._common import position_pair, resolve_dtype, spec_constant
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
 

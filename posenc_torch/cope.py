@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_positive_int
+from posenc_np._modules import CoPEConfig
 from posenc_np.cope import check_cope_shapes
 
 from ._common import as_tensor
@@ -44,8 +44,9 @@ class CoPE(torch.nn.Module):
 
     def __init__(self, dim, max_pos, *, dtype=None, device=None):
         super().__init__()
-        self.dim, self.max_pos = check_positive_int("dim", dim), check_positive_int("max_pos", max_pos)
-        self.pos_emb = torch.nn.Parameter(torch.zeros(self.max_pos, self.dim, dtype=dtype, device=device))
+        config = CoPEConfig(dim, max_pos)
+        config.bind(self)
+        self.pos_emb = torch.nn.Parameter(torch.zeros(config.table_shape, dtype=dtype, device=device))
 
     @property
     def table(self):
@@ -55,4 +56,4 @@ class CoPE(torch.nn.Module):
         return cope(query, attn_logits, self.pos_emb)
 
     def extra_repr(self):
-        return f"dim={self.dim}, max_pos={self.max_pos}"
+        return self.config.repr_args()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from posenc_np.dynamic import check_dynamic_args
-from posenc_np.sinusoidal import check_sinusoidal_args
+from posenc_np._modules import DynamicConfig
 
 from ._common import as_tensor
 from .sinusoidal import sinusoidal
@@ -44,8 +44,8 @@ class DynamicPositionEncoding(torch.nn.Module):
 
     def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype=None, device=None):
         super().__init__()
-        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
-        self.base, self.layout, self.denominator = float(base), layout, denominator
+        config = DynamicConfig(dim, base=base, layout=layout, denominator=denominator)
+        config.bind(self)
         self.proj = torch.nn.Linear(self.dim, self.dim, dtype=dtype, device=device)
 
     @property
@@ -58,4 +58,4 @@ class DynamicPositionEncoding(torch.nn.Module):
                                          denominator=self.denominator)
 
     def extra_repr(self):
-        return f"dim={self.dim}, base={self.base}, layout={self.layout!r}, denominator={self.denominator!r}"
+        return self.config.repr_args()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_positive_float, check_positive_int
-from posenc_np.fire import check_fire_params
+from posenc_np._modules import FIREConfig
+from posenc_np.fire import check_fire_eps, check_fire_params
 
 from ._common import position_pair
 
@@ -19,8 +19,7 @@ def fire_bias(c, L, w1, b1, w2, b2, q_positions, k_positions, *, eps=1e-6):
     respect to every parameter. Works under torch.compile(fullgraph=True).
     """
     check_fire_params(c.shape, L.shape, w1.shape, b1.shape, w2.shape, b2.shape)
-    if eps != 0:
-        check_positive_float("eps", eps)
+    check_fire_eps(eps)
     q, k = position_pair(q_positions, k_positions, integer=False)
     q32, k32 = q.float(), k.float()
     c32 = c.float().reshape(())
@@ -45,13 +44,11 @@ class FIREBias(torch.nn.Module):
 
     def __init__(self, num_heads, *, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, dtype=None, device=None):
         super().__init__()
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.mlp_width = check_positive_int("mlp_width", mlp_width)
-        self.init_L, self.eps = check_positive_float("init_L", init_L), float(eps)
+        FIREConfig(num_heads, mlp_width=mlp_width, init_c=init_c, init_L=init_L, eps=eps).bind(self)
         kw = dict(dtype=dtype, device=device)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(1, self.mlp_width, **kw), torch.nn.ReLU(),
                                        torch.nn.Linear(self.mlp_width, self.num_heads, **kw))
-        self.c = torch.nn.Parameter(torch.tensor(float(init_c), **kw))
+        self.c = torch.nn.Parameter(torch.tensor(self.init_c, **kw))
         self.L_multiplier = torch.nn.Parameter(torch.tensor(1.0, **kw))
 
     def forward(self, q_positions, k_positions):
@@ -59,4 +56,4 @@ class FIREBias(torch.nn.Module):
                          self.mlp[2].weight, self.mlp[2].bias, q_positions, k_positions, eps=self.eps)
 
     def extra_repr(self):
-        return f"num_heads={self.num_heads}, mlp_width={self.mlp_width}, init_L={self.init_L}"
+        return self.config.repr_args()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from posenc_np._modules import KERPLEConfig
 from posenc_np._validate import check_positive_int
 from posenc_np.kerple import check_kerple_params, sandwich_head_scale, sandwich_inv_freq
 
@@ -57,9 +58,7 @@ class KERPLEBias(torch.nn.Module):
 
     def __init__(self, num_heads, *, kernel="log", eps=0.01, dtype=None, device=None):
         super().__init__()
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        check_kerple_params((self.num_heads,), (self.num_heads,), kernel)
-        self.kernel, self.eps = kernel, float(eps)
+        KERPLEConfig(num_heads, kernel=kernel, eps=eps).bind(self)
         self.r1 = torch.nn.Parameter(torch.rand(self.num_heads, dtype=dtype, device=device) * 2)
         self.r2 = torch.nn.Parameter(torch.rand(self.num_heads, dtype=dtype, device=device))
 
@@ -69,4 +68,4 @@ class KERPLEBias(torch.nn.Module):
         return kerple_bias(r1, r2, q_positions, k_positions, kernel=self.kernel)
 
     def extra_repr(self):
-        return f"num_heads={self.num_heads}, kernel={self.kernel!r}"
+        return self.config.repr_args()

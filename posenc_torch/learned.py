@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np._modules import LearnedConfig
 from posenc_np.learned import resize_weights
 
 from ._common import as_tensor, is_tracing, spec_constant
@@ -69,13 +70,13 @@ class LearnedEncoding(torch.nn.Module):
 
     def __init__(self, max_len, dim, *, dtype=None, device=None):
         super().__init__()
-        self.max_len = check_positive_int("max_len", max_len)
-        self.dim = check_positive_int("dim", dim)
-        self.table = torch.nn.Parameter(torch.empty(self.max_len, self.dim, dtype=dtype, device=device))
+        config = LearnedConfig(max_len, dim)
+        config.bind(self)
+        self.table = torch.nn.Parameter(torch.empty(config.table_shape, dtype=dtype, device=device))
         torch.nn.init.normal_(self.table, std=0.02)
 
     def forward(self, positions):
         return learned(self.table, positions)
 
     def extra_repr(self):
-        return f"max_len={self.max_len}, dim={self.dim}"
+        return self.config.repr_args()

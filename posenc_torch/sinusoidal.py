@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from posenc_np._modules import SinusoidalConfig
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
-from posenc_np.sinusoidal import sinusoidal as spec_sinusoidal
 
 from ._common import as_tensor, is_tracing, resolve_dtype, spec_constant
 
@@ -43,15 +43,9 @@ class SinusoidalEncoding(torch.nn.Module):
 
     def __init__(self, dim, *, base=10000.0, layout="interleaved", denominator="dim", max_len=None):
         super().__init__()
-        self.dim = check_sinusoidal_args(dim, base, layout, denominator)
-        self.base, self.layout, self.denominator, self.max_len = float(base), layout, denominator, max_len
-        rows = 0 if max_len is None else int(max_len)
-        self.register_buffer("cache", self._table(rows, torch.float32), persistent=False)
-
-    def _table(self, rows, dtype, device=None):
-        table = spec_sinusoidal(range(rows), self.dim, base=self.base, layout=self.layout,
-                                denominator=self.denominator).reshape(rows, self.dim)
-        return torch.as_tensor(table, dtype=dtype, device=device)
+        config = SinusoidalConfig(dim, base=base, layout=layout, denominator=denominator, max_len=max_len)
+        config.bind(self)
+        self.register_buffer("cache", torch.as_tensor(config.cache_table(), dtype=torch.float32), persistent=False)
 
     def forward(self, positions):
         positions = as_tensor(positions, device=self.cache.device)
@@ -71,4 +65,4 @@ class SinusoidalEncoding(torch.nn.Module):
         return torch.where(inside[..., None], gathered, computed)
 
     def extra_repr(self):
-        return f"dim={self.dim}, base={self.base}, layout={self.layout!r}, denominator={self.denominator!r}, max_len={self.max_len}"
+        return self.config.repr_args()
