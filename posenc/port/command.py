@@ -67,6 +67,9 @@ def _rope_settings(args, scaling):
     """Base, scaling and rotary_dim for verification and the sidecar (flags first, else --hf-config)."""
     found = {}
     if args.hf_config:
+        per_layer = _per_layer_settings(args, scaling)
+        if per_layer is not None:
+            return per_layer
         try:
             found = scaling_from_hf_config(args.hf_config)
         except (ValueError, TypeError) as error:
@@ -82,6 +85,30 @@ def _rope_settings(args, scaling):
                         mrope_interleaved=bool(getattr(args, "mrope_interleaved", False) or
                                                (not _mrope_section(args) and found.get("mrope_interleaved"))))
     return settings
+
+
+def _per_layer_settings(args, scaling):
+    """Settings of an --hf-config whose layers differ (Gemma local/global, Llama 4 NoPE...): `layers` holds
+    `(schedule, layer_types)` and the flat base/scaling are None; None when one setting serves every layer."""
+    from .schedule import schedule_settings
+
+    try:
+        found = schedule_settings(args.hf_config)
+    except UsageError:
+        return None  # not a per-layer config the reader reads: scaling_from_hf_config names the problem
+    if found is None:
+        return None
+    schedule, types = found
+    flags = [f for f, v in (("--rope-theta", args.rope_theta), ("--rope-scaling", scaling),
+                            ("--mrope-section", getattr(args, "mrope_section", None))) if v is not None]
+    if flags:
+        raise UsageError(f"--hf-config {args.hf_config} sets RoPE per layer; {', '.join(flags)} would set one value "
+                         "for every layer")
+    layouts = {e["layout"] for e in schedule if e is not None}
+    if args.rope_from and layouts and layouts != {args.rope_from}:
+        raise UsageError(f"--rope-from {args.rope_from}, but the model of --hf-config {args.hf_config} rotates "
+                         f"{'/'.join(sorted(layouts))} pairs (posenc_np.schedule.INTERLEAVED_FAMILIES)")
+    return dict(base=None, scaling=None, rotary_dim=args.rotary_dim, layers=(schedule, types))
 
 
 def _mrope_section(args):
@@ -125,10 +152,17 @@ def cmd_port(args) -> int:
         rope = sidecar = None
         if rules.rope_from or args.rope_theta or scaling is not None or args.hf_config or args.mrope_section or args.mrope_interleaved:
             settings = _rope_settings(args, scaling)
+            layers = settings.pop("layers", None)
             if rules.rope_from:
                 rope = dict(settings, source=rules.rope_from, target=rules.rope_to)
             sidecar = rope_sidecar(layout=rules.rope_to, source_layout=rules.rope_from, num_heads=rules.heads,
                                    num_kv_heads=rules.kv_heads or rules.heads, **settings)
+            if layers is not None:  # per-layer settings (posenc.port.schedule): sidecar rope.layers, checks per layer
+                from .schedule import sidecar_layers
+
+                sidecar["rope"]["layers"] = sidecar_layers(*layers, rules.rope_to)
+                if rope is not None:
+                    rope["layers"] = sidecar["rope"]["layers"]
         kwargs = dict(rope=rope, sidecar=sidecar)
     if args.max_shard_size is not None:
         from .shards import parse_size
@@ -187,7 +221,9 @@ def add_parser(subparsers) -> None:
     g.add_argument("--rotary-dim", type=int, help="rotated channels per head (partial rotary; default all)")
     g.add_argument("--rope-theta", type=float, help="RoPE base, for verification and the sidecar")
     g.add_argument("--rope-scaling", metavar="JSON", help="HF rope_scaling dict, for verification and the sidecar")
-    g.add_argument("--hf-config", metavar="CONFIG_JSON", help="read base, scaling and rotary dim from an HF config")
+    g.add_argument("--hf-config", metavar="CONFIG_JSON",
+                   help="read base, scaling and rotary dim from an HF config; per layer when its layers differ "
+                        "(Gemma 2/3/4, Llama 4, Cohere2...): sidecar rope.layers, one logits check per layer")
     g.add_argument("--mrope-section", metavar="T,H,W", help="multi-axis RoPE pairs per axis (Qwen2-VL 16,24,24); "
                                                            "verified on text, image and video positions")
     g.add_argument("--mrope-interleaved", action="store_true", help="Qwen3-VL's interleaved sections")

@@ -225,8 +225,10 @@ def _check_rope(rope, entries, sidecar):
     """Validate base/scaling against the head dim now (exit 2), not as a failed check after writing."""
     from posenc_np.rope import rope_frequencies
 
-    head_dims = {e.tags["head_dim"] for e in entries if e.tags.get("role") == "q" and "head_dim" in e.tags}
     rope = dict(rope)
+    if rope.get("layers") is not None:  # per-layer settings: each entry was validated by rope_schedule_from_hf_config
+        return rope
+    head_dims = {e.tags["head_dim"] for e in entries if e.tags.get("role") == "q" and "head_dim" in e.tags}
     if rope.get("rotary_dim") is None and len(head_dims) == 1:
         rope["rotary_dim"] = head_dims.pop()
         if sidecar is not None and sidecar.get("rope", {}).get("rotary_dim") is None:

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import UsageError
 from posenc_np.learned import resize_table
+from posenc_np.mla import mla_rope_permutation
 from posenc_np.rope import ROPE_LAYOUTS, permute_qk_rows
 
 __all__ = ["Op", "Entry", "Rules", "build_plan", "glob_regex", "glob_match"]
@@ -104,6 +105,11 @@ class Op:
             return _qkv_reorder(np.asarray(array), p[0], to_blocks=k == "qkv-blocks")
         if k == "reshape":
             return np.ascontiguousarray(array).reshape(p)
+        if k == "mla-rope":  # MLA: per head, only the TRAILING rotary_dim rows (the rope slice) are permuted
+            heads, head_dim, rotary_dim, source, target = p
+            perm = mla_rope_permutation(head_dim, rotary_dim, source=source, target=target)
+            return np.ascontiguousarray(np.asarray(array).reshape(heads, head_dim, *array.shape[1:])[:, perm]
+                                        ).reshape(array.shape)
         raise AssertionError(k)
 
     def __str__(self):

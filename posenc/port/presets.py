@@ -385,3 +385,7 @@ PRESETS = {"meta-llama-to-hf": meta_llama_to_hf, "hf-bert-to-flax": hf_bert_to_f
 from .families import FAMILY_PRESETS  # noqa: E402 - families builds Presets lazily, no import cycle
 
 PRESETS.update(FAMILY_PRESETS)
+
+from .schedule import SCHEDULE_PRESETS  # noqa: E402 - per-layer / MLA presets (issue 13)
+
+PRESETS.update(SCHEDULE_PRESETS)

@@ -11,7 +11,9 @@ safetensors / torch / h5py / flax msgpack) and compares it with the source under
   inverted permutation, or q and k head dims that disagree, fails here (scores differ by O(1)).
   With a multi-axis RoPE (`mrope_section` in the settings: Qwen2-VL / Qwen3-VL), one check per probe
   prompt: text only, text + image, text + video (`MROPE_PROBES`, the ids of `mrope_position_ids`), each
-  rotated with the section and interleaving of the settings.
+  rotated with the section and interleaving of the settings. With per-layer settings (`rope["layers"]`, from
+  an `--hf-config` whose layers differ: posenc/port/schedule.py), each pair is checked with the settings of
+  the layer its glob captures name (a NoPE layer without rotation), and the check's note names the layer type.
 * `dense`: `x @ W_source.T` vs `x @ K_target` for every transposed kernel, first 256 output units
   (float64).
 * `table`: position tables with offsets: `learned(source, p + offset)` vs `learned(target, p)` (exact).
@@ -116,11 +118,12 @@ def _rope_logits(q, k, heads, kv_heads, rope, layout, positions=PROBE_POSITIONS)
     `positions` (`[seq]`, or `[A, seq]` with the settings' `mrope_section`) under RoPE `layout`; the kv
     heads are repeated as grouped-query attention does."""
     seq = positions.shape[-1]
-    kw = dict(base=rope["base"], scaling=rope["scaling"], rotary_dim=rope["rotary_dim"], layout=layout)
-    if rope.get("mrope_section") is not None:
-        kw.update(mrope_section=rope["mrope_section"], mrope_interleaved=bool(rope.get("mrope_interleaved")))
-    q = apply_rope(q.reshape(seq, heads, -1).transpose(1, 0, 2), positions, **kw)
-    k = apply_rope(k.reshape(seq, kv_heads, -1).transpose(1, 0, 2), positions, **kw)
+    q, k = q.reshape(seq, heads, -1).transpose(1, 0, 2), k.reshape(seq, kv_heads, -1).transpose(1, 0, 2)
+    if not rope.get("nope"):  # a NoPE layer of a per-layer schedule: plain q . k
+        kw = dict(base=rope["base"], scaling=rope["scaling"], rotary_dim=rope["rotary_dim"], layout=layout)
+        if rope.get("mrope_section") is not None:
+            kw.update(mrope_section=rope["mrope_section"], mrope_interleaved=bool(rope.get("mrope_interleaved")))
+        q, k = apply_rope(q, positions, **kw), apply_rope(k, positions, **kw)
     return q @ np.repeat(k, heads // kv_heads, axis=0).transpose(0, 2, 1)
 
 
@@ -240,17 +243,45 @@ def _rope_checks(entries, source, by_target, rope, rng):
                              f"k {k_entry.tags['head_dim']} ({k_entry.tags['heads']} heads); check --heads/--kv-heads"))
             continue
         heads, kv_heads = q_entry.tags["heads"], k_entry.tags["heads"]
+        layer_rope, layer_note = _layer_rope(rope, key)
+        if layer_rope is None:
+            out.append(Check("rope-logits", f"{q_entry.target} . {k_entry.target}", float("inf"), 0.0, "", False,
+                             layer_note))
+            continue
         probes = MROPE_PROBES if rope.get("mrope_section") is not None else {None: PROBE_POSITIONS}
         for probe, positions in probes.items():
             x = rng.standard_normal((positions.shape[-1], q_entry.source_shape[-1]))
             q_src, k_src = (_project(x, _before(e, ("rope", "transpose"))(source)) for e in (q_entry, k_entry))
             q_tgt, k_tgt = (_project(x, by_target[e.target], bool(e.tags.get("transposed")))
                             for e in (q_entry, k_entry))
-            desired = _rope_logits(q_src, k_src, heads, kv_heads, rope, rope["source"], positions)
-            actual = _rope_logits(q_tgt, k_tgt, heads, kv_heads, rope, rope["target"], positions)
+            desired = _rope_logits(q_src, k_src, heads, kv_heads, layer_rope, rope["source"], positions)
+            actual = _rope_logits(q_tgt, k_tgt, heads, kv_heads, layer_rope, rope["target"], positions)
             name = f"{q_entry.target} . {k_entry.target}" + (f" ({probe} positions)" if probe else "")
-            out.append(_check("rope-logits", name, actual, desired, tolerance("float64", scale=np.abs(desired).max())))
+            out.append(_check("rope-logits", name, actual, desired, tolerance("float64", scale=np.abs(desired).max()),
+                              note=layer_note))
     return out
+
+
+def _layer_rope(rope, key):
+    """The settings a q/k pair is checked with, and a note: `rope` itself, or with per-layer settings
+    (`rope["layers"]`, posenc.port.schedule) the entry of the layer its glob captures name (NoPE: no rotation);
+    `(None, reason)` when the pair names no layer of the schedule."""
+    layers = rope.get("layers")
+    if layers is None:
+        return rope, ""
+    from .schedule import layer_of_key
+
+    layer = layer_of_key(key)
+    if layer is None or not 0 <= layer < len(layers):
+        return None, (f"per-layer RoPE settings ({len(layers)} layers) but the pair's glob captures {key} name no "
+                      "layer of them")
+    entry = layers[layer]
+    if entry is None:
+        return {**rope, "nope": True}, f"layer {layer}: NoPE (no rotation)"
+    kind = (entry.get("scaling") or {}).get("rope_type", "default")
+    return ({**rope, **{k: entry[k] for k in ("base", "scaling", "rotary_dim")}},
+            f"layer {layer} ({entry.get('layer_type') or 'rope'}): base {entry['base']:g}, {kind} scaling, "
+            f"rotary_dim {entry['rotary_dim']}")
 
 
 def _in_framework(framework, fn_name, table, *args, **kwargs):
