@@ -10,8 +10,12 @@ Configurations:
   llama   Meta-layout LLaMA-style checkpoint (dim 2048, 16 heads, 4 kv heads, vocab 32000, 3 layers,
           float32) through `--preset meta-llama-to-hf` (q/k permutation, RoPE logit verification).
   kernels 16 float32 tensors of 64 MiB, all transposed (`--transpose '*'`), torch -> Keras/Flax layout.
+  sharded a Hugging Face LlamaForCausalLM checkpoint of the same shapes (HF names, config.json), saved as
+          5 shards of <= 250 MB with model.safetensors.index.json, ported twice: to GGUF through
+          `--preset hf-llama-to-gguf` (q/k permutation, GGUF logits verification read back through
+          gguf.GGUFReader) and to a sharded checkpoint directory (`--max-shard-size 200MB`).
 
-Usage: python benchmarks/bench_port_memory.py [--dir /tmp] [--only llama|kernels]
+Usage: python benchmarks/bench_port_memory.py [--dir /tmp] [--only llama|kernels|sharded]
 """
 
 from __future__ import annotations
@@ -62,6 +66,67 @@ def _generate(path, shapes, seed=0):
             "write_checkpoint(sys.argv[1], 'safetensors', [(n, tuple(s), 'float32', thunk(tuple(s), i))\n"
             "                                              for i, (n, s) in enumerate(shapes.items())])\n")
     subprocess.run([sys.executable, "-c", code, path, json.dumps(shapes)], check=True)
+
+
+def _generate_sharded(directory, shapes, config, max_shard_size=250 * 10**6, seed=0):
+    """An HF checkpoint directory: shards + index (posenc.port.shards.write_shards) and config.json."""
+    code = (f"import sys, json, numpy as np; sys.path.insert(0, {ROOT!r})\n"
+            "from posenc.port.shards import write_shards\n"
+            "shapes = json.loads(sys.argv[2])\n"
+            "def thunk(shape, i):\n"
+            f"    return lambda: np.random.default_rng({seed} + i).standard_normal(shape, dtype=np.float32) * 0.02\n"
+            "write_shards(sys.argv[1], [(n, tuple(s), 'float32', thunk(tuple(s), i))\n"
+            f"                           for i, (n, s) in enumerate(shapes.items())], {{}}, {max_shard_size})\n")
+    subprocess.run([sys.executable, "-c", code, directory, json.dumps(shapes)], check=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def hf_llama_shapes(dim=2048, heads=16, kv_heads=4, vocab=32000, layers=3, ffn=5632):
+    hd = dim // heads
+    shapes = {"model.embed_tokens.weight": (vocab, dim)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "self_attn.q_proj.weight": (heads * hd, dim), p + "self_attn.k_proj.weight": (kv_heads * hd, dim),
+                       p + "self_attn.v_proj.weight": (kv_heads * hd, dim), p + "self_attn.o_proj.weight": (dim, heads * hd),
+                       p + "mlp.gate_proj.weight": (ffn, dim), p + "mlp.up_proj.weight": (ffn, dim),
+                       p + "mlp.down_proj.weight": (dim, ffn), p + "input_layernorm.weight": (dim,),
+                       p + "post_attention_layernorm.weight": (dim,)})
+    shapes.update({"model.norm.weight": (dim,), "lm_head.weight": (vocab, dim)})
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
+              "intermediate_size": ffn, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": 8192,
+              "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 8192}}
+    return shapes, config
+
+
+def run_sharded(directory):
+    """The sharded HF checkpoint ported to GGUF and to a sharded directory, each in a fresh child."""
+    work = tempfile.mkdtemp(prefix="posenc-bench-sharded-", dir=directory)
+    try:
+        shapes, config = hf_llama_shapes()
+        source = os.path.join(work, "hf")
+        os.mkdir(source)
+        _generate_sharded(source, shapes, config)
+        total = sum(int(np.prod(s)) * 4 for s in shapes.values())
+        largest = max(int(np.prod(s)) * 4 for s in shapes.values())
+        baseline = _child(["baseline", os.path.join(source, "model.safetensors.index.json")])
+        rows = []
+        for name, target, args in (("sharded HF -> GGUF (hf-llama-to-gguf)", os.path.join(work, "m.gguf"),
+                                    ["--preset", "hf-llama-to-gguf"]),
+                                   ("sharded HF -> sharded dir (--max-shard-size 200MB)", os.path.join(work, "out") + "/",
+                                    ["--max-shard-size", "200MB"])):
+            result = _child(["port", source, target, *args])
+            bound = baseline["maxrss_mib"] + 2 * largest / MIB
+            rows.append(dict(config=name, size_mib=total / MIB, largest_mib=largest / MIB,
+                             baseline_mib=baseline["maxrss_mib"], peak_mib=result["maxrss_mib"], bound_mib=bound,
+                             status=result["status"], seconds=result["seconds"],
+                             ok=result["status"] == 0 and result["maxrss_mib"] <= bound))
+        return rows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def llama_shapes(dim=2048, heads=16, kv_heads=4, vocab=32000, layers=3, ffn=5632):
@@ -115,7 +180,7 @@ def run(name, shapes, port_args, directory, params=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="/tmp", help="where the generated checkpoints go (deleted afterwards)")
-    parser.add_argument("--only", choices=("llama", "kernels"))
+    parser.add_argument("--only", choices=("llama", "kernels", "sharded"))
     args = parser.parse_args(argv)
     rows = []
     started = time.perf_counter()
@@ -125,6 +190,8 @@ def main(argv=None):
     if args.only in (None, "kernels"):
         shapes = {f"layers.{i}.dense.weight": (4096, 4096) for i in range(16)}
         rows.append(run("kernels (--transpose '*')", shapes, ["--transpose", "*"], args.dir))
+    if args.only in (None, "sharded"):
+        rows.extend(run_sharded(args.dir))
     print("| configuration | checkpoint MiB | largest tensor MiB | baseline RSS MiB | peak RSS MiB | "
           "bound MiB (baseline + 2 x largest) | port s | result |")
     print("|---|---|---|---|---|---|---|---|")
