@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from posenc_np._modules import RotaryConfig
 from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
@@ -251,17 +252,13 @@ class RotaryEmbedding(nnx.Module):
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
                  head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
-        self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
-        self.base, self.layout, self.scaling, self.max_len, self.head_dim = float(base), layout, scaling, max_len, head_dim
-        self.mrope_section, self.mrope_interleaved = mrope_section, mrope_interleaved
-        self.mrope_frequencies = mrope_frequencies
-        self._mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
-        plan = _spec_plan(self.rotary_dim, self.base, scaling, layout, self._mrope)
-        self.inv_freq = nnx.Cache(jnp.asarray(plan.turns * 2 * math.pi, jnp.float32))
-        rows = int(max_len) if max_len is not None and plan.kind == "static" and self._mrope is None else 0
-        cos, sin = spec_rope_cos_sin(np.arange(rows), self.rotary_dim, base=base, scaling=scaling)
-        half = self.rotary_dim // 2
-        self.cache = nnx.Cache(jnp.asarray(np.stack([cos[:, :half], sin[:, :half]]), jnp.float32))  # [2, rows, r/2]
+        config = RotaryConfig(rotary_dim, base=base, layout=layout, scaling=scaling, max_len=max_len,
+                              rotary_pct=rotary_pct, head_dim=head_dim, mrope_section=mrope_section,
+                              mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+        config.bind(self)
+        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, self.mrope_frequencies)
+        self.inv_freq = nnx.Cache(jnp.asarray(config.plan.turns * 2 * math.pi, jnp.float32))
+        self.cache = nnx.Cache(jnp.asarray(np.stack(config.cache_cos_sin()), jnp.float32))  # [2, rows, r/2]
 
     def __call__(self, x, positions):
         x, positions = as_tensor(x), as_tensor(positions)

@@ -9,11 +9,13 @@ This is einops' layer mixins (`einops/layers/_einmix.py`, `RearrangeMixin` in
 framework's class only adds its idiom.
 
 A config is a frozen dataclass whose fields are the module's constructor arguments under their
-contract names (`docs/api.md`, Modules). `as_dict()` is what a Keras layer's `get_config()` adds and
-what a torch module's `extra_repr()` prints (`repr_args()`); `bind(module)` sets each field as the
-module attribute of the same name and the config itself as `module.config`. Fields hold Python
-values only (ints, floats, strings, bools, None), so a config is hashable: Flax NNX keeps it as
-static data of the module's graph.
+contract names (`docs/api.md`, Modules). `as_dict()` (the constructor arguments as given) is what a
+Keras layer's `get_config()` adds; `repr_args()` is what a torch module's `extra_repr()` prints;
+`bind(module)` sets each field as the module attribute of the same name and the config itself as
+`module.config`. Fields hold Python values (numbers, strings, bools, None; RoPE's `scaling` dict and
+`mrope_section` too), and a config is hashable: Flax NNX keeps it as static data of the module's graph.
+Spec-derived constants (a sinusoid table, a RoPE plan and cos/sin rows) are float64 NumPy, computed
+here once; backends convert them to their tensors.
 
 Example:
     >>> config = SinusoidalConfig(8, max_len=4)
@@ -30,14 +32,17 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 
+from ._freeze import freeze
 from ._validate import check_positive_float, check_positive_int
 from .alibi import check_alibi_args
 from .fire import check_fire_eps
 from .kerple import check_kerple_params
 from .relative import check_relative_args
+from .rope import resolve_rotary_dim, rope_cos_sin, rope_plan
 from .sinusoidal import check_sinusoidal_args
 from .sinusoidal import sinusoidal as _sinusoidal
 from .t5 import check_t5_args
@@ -46,6 +51,7 @@ __all__ = [
     "ModuleConfig",
     "SinusoidalConfig",
     "LearnedConfig",
+    "RotaryConfig",
     "ALiBiConfig",
     "T5BiasConfig",
     "RelativeConfig",
@@ -65,18 +71,23 @@ class ModuleConfig:
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
-    def as_dict(self) -> dict:
-        """`{field: value}` in constructor order: a Keras `get_config()`'s own keys."""
+    def _fields(self) -> dict:
+        """`{field: value}` in constructor order, values as validated and normalised."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def as_dict(self) -> dict:
+        """The constructor arguments under their contract names: a Keras `get_config()`'s own keys, so
+        `type(config)(**config.as_dict()) == config`."""
+        return self._fields()
 
     def repr_args(self) -> str:
         """`"name=value, ..."` (values as `repr`): a torch module's `extra_repr()`."""
-        return ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
+        return ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
 
     def bind(self, module) -> None:
         """Set every field on `module` as the attribute of the same name, and `module.config = self`."""
         module.config = self
-        for name, value in self.as_dict().items():
+        for name, value in self._fields().items():
             setattr(module, name, value)
 
 
@@ -123,6 +134,66 @@ class LearnedConfig(ModuleConfig):
     @property
     def table_shape(self) -> tuple[int, int]:
         return (self.max_len, self.dim)
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryConfig(ModuleConfig):
+    """`RotaryEmbedding(rotary_dim, *, base, layout, scaling, max_len, rotary_pct, head_dim, mrope_section,
+    mrope_interleaved, mrope_frequencies)`; see `posenc_np.apply_rope`.
+
+    The field `rotary_dim` is the resolved width (`int(head_dim * rotary_pct)` with `rotary_pct`);
+    `as_dict()` gives it back as given (None with `rotary_pct`), so the two never conflict on reload.
+    `plan` is the spec's `RopePlan` (it validates every RoPE parameter). `max_len` rows of cos/sin are
+    cached only where a table applies: a static scaling type (not `dynamic`/`longrope`, which depend on
+    the sequence length) and 1-D positions (multi-axis RoPE always computes).
+    """
+
+    rotary_dim: int | None = None
+    base: float = 10000.0
+    layout: str = "half"
+    scaling: dict | None = None
+    max_len: int | None = None
+    rotary_pct: float | None = None
+    head_dim: int | None = None
+    mrope_section: tuple | int | None = None
+    mrope_interleaved: bool = False
+    mrope_frequencies: str = "shared"
+
+    def __post_init__(self):
+        head_dim = None if self.head_dim is None else check_positive_int("head_dim", self.head_dim)
+        rotary_dim = resolve_rotary_dim(head_dim, self.rotary_dim, self.rotary_pct)
+        plan = rope_plan(rotary_dim, base=self.base, scaling=self.scaling, layout=self.layout,
+                         mrope_section=self.mrope_section, mrope_interleaved=self.mrope_interleaved,
+                         mrope_frequencies=self.mrope_frequencies)
+        section = self.mrope_section  # as given (pair counts or a number of axes), made immutable
+        if section is not None and not isinstance(section, numbers.Integral):
+            section = tuple(int(s) for s in section)
+        max_len = None if self.max_len is None else check_positive_int("max_len", self.max_len)
+        self._set(rotary_dim=rotary_dim, base=float(self.base), max_len=max_len, head_dim=head_dim,
+                  mrope_section=section, mrope_interleaved=bool(self.mrope_interleaved), plan=plan)
+
+    def __hash__(self):  # `scaling` is a dict: hash its frozen form
+        return hash(tuple(freeze(value) for value in self._fields().values()))
+
+    def as_dict(self) -> dict:
+        out = self._fields()
+        if self.rotary_pct is not None:
+            out["rotary_dim"] = None
+        if isinstance(self.mrope_section, tuple):
+            out["mrope_section"] = list(self.mrope_section)  # as JSON gives it back
+        return out
+
+    @property
+    def cache_rows(self) -> int:
+        """Rows of the module's own cos/sin cache: `max_len` where a table applies, else 0."""
+        static = self.plan.kind == "static" and self.mrope_section is None
+        return self.max_len if static and self.max_len is not None else 0
+
+    def cache_cos_sin(self) -> tuple[np.ndarray, np.ndarray]:
+        """float64 `(cos, sin)`, each `[cache_rows, rotary_dim/2]` (one half: both halves are equal)."""
+        rows, half = self.cache_rows, self.rotary_dim // 2
+        cos, sin = rope_cos_sin(np.arange(rows), self.rotary_dim, base=self.base, scaling=self.scaling)
+        return cos.reshape(rows, self.rotary_dim)[:, :half], sin.reshape(rows, self.rotary_dim)[:, :half]
 
 
 @dataclasses.dataclass(frozen=True)

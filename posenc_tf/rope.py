@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from posenc_np._modules import RotaryConfig
 from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
@@ -241,19 +242,16 @@ class RotaryEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         self._convert_input_args = False  # the output follows x's dtype, as apply_rope's does; no autocast
         self._allow_non_tensor_positional_args = True  # NumPy x / positions, converted in call
-        self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
-        self.rotary_pct, self.head_dim = rotary_pct, head_dim
-        self.base, self.layout, self.scaling, self.max_len = float(base), layout, scaling, max_len
-        self.mrope_section = list(mrope_section) if isinstance(mrope_section, (list, tuple)) else mrope_section
-        self.mrope_interleaved, self.mrope_frequencies = bool(mrope_interleaved), mrope_frequencies
-        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, mrope_frequencies)
-        plan = _spec_plan(self.rotary_dim, self.base, scaling, layout, self._mrope)
+        config = RotaryConfig(rotary_dim, base=base, layout=layout, scaling=scaling, max_len=max_len,
+                              rotary_pct=rotary_pct, head_dim=head_dim, mrope_section=mrope_section,
+                              mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+        config.bind(self)
+        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, self.mrope_frequencies)
         self._cache = None
-        if max_len is not None and plan.kind == "static" and self._mrope is None:
-            cos, sin = spec_rope_cos_sin(range(int(max_len)), self.rotary_dim, base=base, scaling=scaling)
-            half = self.rotary_dim // 2
+        if config.cache_rows:
+            cos, sin = config.cache_cos_sin()
             with tf.init_scope():  # eager constants, also when the layer is built inside a tf.function
-                self._cache = (tf.constant(cos[:, :half], tf.float32), tf.constant(sin[:, :half], tf.float32))
+                self._cache = (tf.constant(cos, tf.float32), tf.constant(sin, tf.float32))
 
     def call(self, x, positions):
         x = as_tensor(x)
@@ -273,8 +271,4 @@ class RotaryEmbedding(keras.layers.Layer):
         return x_shape
 
     def get_config(self):
-        rotary_dim = None if self.rotary_pct is not None else self.rotary_dim  # as given: one of the two
-        return {**super().get_config(), "rotary_dim": rotary_dim, "base": self.base, "layout": self.layout,
-                "scaling": self.scaling, "max_len": self.max_len, "rotary_pct": self.rotary_pct,
-                "head_dim": self.head_dim, "mrope_section": self.mrope_section,
-                "mrope_interleaved": self.mrope_interleaved, "mrope_frequencies": self.mrope_frequencies}
+        return {**super().get_config(), **self.config.as_dict()}  # rotary_dim as given: None with rotary_pct

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from posenc_np._modules import RotaryConfig
 from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
@@ -384,18 +385,13 @@ class RotaryEmbedding(torch.nn.Module):
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
                  head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
         super().__init__()
-        self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
-        self.base, self.layout, self.scaling, self.max_len = float(base), layout, scaling, max_len
-        self.head_dim = head_dim
-        self.mrope_section, self.mrope_interleaved = mrope_section, mrope_interleaved
-        self.mrope_frequencies = mrope_frequencies
-        self._mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
-        self._spec = _spec_plan(self.rotary_dim, self.base, scaling, layout, self._mrope)
-        if max_len is not None and self._spec.kind == "static" and self._mrope is None:
-            cos, sin = spec_rope_cos_sin(range(int(max_len)), self.rotary_dim, base=base, scaling=scaling)
-            self._cache = (cos[:, : self.rotary_dim // 2], sin[:, : self.rotary_dim // 2])
-        else:
-            self._cache = None
+        config = RotaryConfig(rotary_dim, base=base, layout=layout, scaling=scaling, max_len=max_len,
+                              rotary_pct=rotary_pct, head_dim=head_dim, mrope_section=mrope_section,
+                              mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+        config.bind(self)
+        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, self.mrope_frequencies)
+        self._spec = config.plan
+        self._cache = config.cache_cos_sin() if config.cache_rows else None  # float64, made float32 by _build
         self._build(None)
 
     def _build(self, device):
@@ -447,9 +443,4 @@ class RotaryEmbedding(torch.nn.Module):
         return _rotate(x, cos, sin, self.rotary_dim, self.layout)
 
     def extra_repr(self):
-        text = (f"rotary_dim={self.rotary_dim}, base={self.base}, layout={self.layout!r}, scaling={self.scaling!r}, "
-                f"max_len={self.max_len}")
-        if self._mrope is not None:
-            text += (f", mrope_section={self.mrope_section!r}, mrope_interleaved={self.mrope_interleaved}, "
-                     f"mrope_frequencies={self.mrope_frequencies!r}")
-        return text
+        return self.config.repr_args()
