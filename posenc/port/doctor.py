@@ -17,7 +17,9 @@ Multi-axis RoPE (docs/conventions.md §3.16): for two cos/sin tables or rotated 
 exactly when it reads the same axis in both (same frequency, same positions). The pattern of the
 channels that differ names the layout mismatch: contiguous vs interleaved sections (Qwen2-VL vs
 Qwen3-VL), height and width swapped, or the section doubled by value instead of repeated for the two
-halves ("section not doubled"), for every section of 2 or 3 axes (the published ones first).
+halves ("section not doubled"), for the published sections and those of the registered conventions
+(any other split would explain too much: a 1-D table with other frequencies differs on all channels
+but the first few, which some arbitrary split also predicts).
 """
 
 from __future__ import annotations
@@ -165,8 +167,8 @@ def diagnose(a, b) -> Diagnosis:
         for message, x, hd in _row_permutations(a64):
             if _equal(x, b64, tol):
                 return Diagnosis(True, "rope-rows", message, {"head_dim": hd})
-    found = _mrope_layout(a64, b64, tol) if a.shape == b.shape else None
-    found = found or _sinusoid_params(a64, b64, tol) or _frequency_ratio(a64, b64)
+    found = _sinusoid_params(a64, b64, tol) or _frequency_ratio(a64, b64)
+    found = found or (_mrope_layout(a64, b64, tol) if a.shape == b.shape else None)
     if found:
         return found
     r = compare(a64, b64, tol) if a.shape == b.shape else None
@@ -263,10 +265,15 @@ _KNOWN_SECTIONS = ((16, 24, 24), (24, 20, 20), (8, 28, 28))
 
 
 def _sections(pairs):
-    """Every 3-axis split of `pairs`, the published ones first (at most 1953 for 64 pairs)."""
-    known = [s for s in _KNOWN_SECTIONS if sum(s) == pairs]
-    rest = [(t, h, pairs - t - h) for t in range(1, pairs - 1) for h in range(1, pairs - t)]
-    return known + [s for s in rest if s not in known]
+    """The published 3-axis sections of `pairs` pairs and those of the registered conventions."""
+    from posenc_np.conventions import conventions
+
+    found = [s for s in _KNOWN_SECTIONS if sum(s) == pairs]
+    for conv in conventions.values():
+        section = conv.params.get("mrope_section")
+        if isinstance(section, (list, tuple)) and len(section) == 3 and sum(section) == pairs:
+            found.append(tuple(section))
+    return list(dict.fromkeys(found))
 
 
 def _mrope_hypotheses(r):
