@@ -530,25 +530,24 @@ def read_maxtext(config, *, source: str = "<dict>") -> ModelSpec:
     if unknown:
         raise ValueError(f"{source}: MaxText rope keys {unknown} are not read by this reader")
 
-    def get(k):
+    def get(k, lint=True):
         if k not in cfg:
-            if "rope" in k or "timescale" in k:
-                findings.append(Finding(k, f"not set: base.yml's {MAXTEXT_DEFAULTS[k]!r} applies"))
+            findings.append(Finding(k, f"not set: base.yml's {MAXTEXT_DEFAULTS[k]!r} applies", lint))
             return MAXTEXT_DEFAULTS[k]
         return cfg[k]
 
     kind = get("rope_type")
-    if get("rope_min_timescale") != 1:
+    if get("rope_min_timescale", lint=False) != 1:
         raise ValueError(f"{source}: rope_min_timescale={cfg['rope_min_timescale']} != 1 gives inv_j = "
                          "min^-1 (max/min)^(-2j/d), not a base^(-2j/d) RoPE")
-    if get("local_rope_max_timescale") not in (-1, None):
+    if get("local_rope_max_timescale", lint=False) not in (-1, None):
         raise ValueError(f"{source}: local_rope_max_timescale (per-layer bases) is not read by this reader")
     head_dim = int(cfg.get("head_dim", MAXTEXT_DEFAULTS["head_dim"]))
     base = float(get("rope_max_timescale"))
     if kind == "llama3.1":
         layout = "interleaved"
         scaling = ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                    "original_max_position_embeddings": 8192} if get("rope_use_scale") else None)
+                    "original_max_position_embeddings": 8192} if get("rope_use_scale", lint=False) else None)
     elif kind == "yarn":
         layout = "interleaved" if get("rope_interleave") else "half"
         factor = float(get("rope_factor"))
@@ -567,7 +566,7 @@ def read_maxtext(config, *, source: str = "<dict>") -> ModelSpec:
     layer = LayerSpec(rope=True, layout=layout, rotary_dim=head_dim, head_dim=head_dim, base=base, scaling=scaling)
     layer.plan()
     num_layers = int(cfg.get("base_num_decoder_layers", MAXTEXT_DEFAULTS["base_num_decoder_layers"]))
-    interval = get("nope_layer_interval")
+    interval = get("nope_layer_interval", lint=False)
     layers = [LayerSpec(rope=False) if interval and interval > 0 and (i + 1) % interval == 0 else layer
               for i in range(num_layers)]
     return ModelSpec(source=source, dialect="maxtext", follows="MaxText base.yml (003b4169) + layers/embeddings.py",
