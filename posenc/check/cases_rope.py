@@ -39,6 +39,17 @@ SCALINGS = {
                  "original_max_position_embeddings": ORIGINAL},
     "keras-hub-dynamic": {"rope_type": "keras-hub-dynamic", "factor": 4.0},
     "keras-hub-yarn": {"rope_type": "keras-hub-yarn", "factor": 8.0, "original_max_position_embeddings": ORIGINAL},
+    # runtime variants (posenc spec --runtime): static frequencies that the backends take from the spec plan
+    "vllm-ntk": {"rope_type": "vllm-ntk", "factor": 4.0},
+    "vllm-longrope": {"rope_type": "vllm-longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                      "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0], "factor": 16.0,
+                      "original_max_position_embeddings": ORIGINAL, "max_model_len": 16 * ORIGINAL},
+    "mlx-longrope": {"rope_type": "mlx-longrope", "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0],
+                     "factor": 16.0, "original_max_position_embeddings": ORIGINAL},
+    "mlx-yarn": {"rope_type": "mlx-yarn", "factor": 8.0, "original_max_position_embeddings": ORIGINAL,
+                 "mscale": 0.707, "mscale_all_dim": 0.0},
+    "llamacpp-freq-factors": {"rope_type": "llamacpp-freq-factors",
+                              "freq_factors": [1.0, 1.0, 1.0, 1.5, 3.0, 8.0, 8.0, 8.0]},
 }
 JIT_SCALINGS = ("dynamic", "longrope")  # traced seq_len: the in-graph frequency path
 
