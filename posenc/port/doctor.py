@@ -326,9 +326,9 @@ def _is_checkpoint(path) -> bool:
 
 def diagnose_paths(a, b) -> Diagnosis:
     """`posenc doctor A B`: two tables/weights (`.npy`, single-tensor `.safetensors`) or two checkpoints."""
-    if _is_checkpoint(a) or _is_checkpoint(b):
+    if _is_checkpoint(a) and _is_checkpoint(b):
         return diagnose_checkpoints(a, b)
-    return diagnose_files(a, b)
+    return diagnose_files(a, b)  # a table against a checkpoint: load_array names the multi-tensor file
 
 
 class _Checkpoint:
