@@ -15,13 +15,15 @@ from .figures import FIGURE_FORMATS, new_figure, require_matplotlib, save_figure
 __all__ = ["add_parser", "cmd_experiment"]
 
 
-def _ints(text: str, name: str) -> tuple:
+def _ints(text: str, name: str, minimum: int = 1) -> tuple:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise UsageError(f"{name}={text!r} must be comma-separated integers") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"{name}={text!r} must list positive integers")
+    if not values or min(values) < minimum:
+        raise UsageError(f"{name}={text!r} must list integers >= {minimum}")
+    if len(set(values)) != len(values):
+        raise UsageError(f"{name}={text!r} lists a value twice")
     return values
 
 
@@ -49,7 +51,14 @@ def cmd_experiment(args) -> int:
     from . import experiment as ex
     from .corpus import load_corpus
 
-    encodings = parse_choices(args.encodings, ex.VARIANTS, "--encodings", default=list(ex.VARIANTS))
+    encodings = parse_choices(args.encodings, ex.VARIANTS, "--encodings", default=list(ex.BASELINE))
+    suffix = "".join(s for s, flag in (("+crop", args.random_crop), ("+prog", args.progressive)) if flag)
+    if suffix:
+        if any(n in ex.ROPE_SCALING for n in encodings):
+            raise UsageError("--random-crop/--progressive train new models; rope-pi/ntk/yarn evaluate the rope "
+                             "model: select rope instead")
+        encodings = list(dict.fromkeys(ex.split_variant(n)[0] + suffix for n in encodings))
+    seeds = _ints(args.seeds, "--seeds", minimum=0) if args.seeds else None
     for path in (args.json, args.markdown):
         if path:
             check_output(path, what="report")
@@ -60,14 +69,17 @@ def cmd_experiment(args) -> int:
         raise UsageError(f"--save-weights {args.save_weights!r} is not a directory")
     base = ex.QUICK if args.quick else ex.DEFAULT
     factors = _ints(args.eval_factors, "--eval-factors") if args.eval_factors else None
-    cfg = ex.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch, d_model=args.d_model,
+    cfg = ex.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch, d_model=args.d_model, d_ff=args.d_ff,
                             layers=args.layers, heads=args.heads, lr=args.lr, seed=args.seed,
-                            eval_tokens=args.eval_tokens, eval_factors=factors)
-    for name in ("train_len", "steps", "batch", "d_model", "layers", "heads", "eval_tokens"):
+                            eval_tokens=args.eval_tokens, eval_factors=factors, stack=args.stack,
+                            stack_bias=args.stack_bias)
+    for name in ("train_len", "steps", "batch", "d_model", "d_ff", "layers", "heads", "eval_tokens"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}={getattr(cfg, name)} must be >= 1")
     if cfg.d_model % cfg.heads or (cfg.d_model // cfg.heads) % 2:
         raise UsageError(f"--d-model={cfg.d_model} must split into --heads={cfg.heads} heads of even size")
+    if any(ex.split_variant(n)[0] == "hybrid" for n in encodings):
+        ex.parse_stack(cfg.stack, cfg.layers)  # a bad --stack exits 2 before anything trains
     corpus = load_corpus(args.corpus)
 
     import torch
@@ -80,7 +92,7 @@ def cmd_experiment(args) -> int:
     log(f"config {cfg}; {torch.get_num_threads()} torch thread(s) on {args.device}")
     started = time.perf_counter()
     report = ex.run_experiment(cfg, corpus, encodings=encodings, device=args.device, progress=not args.quiet,
-                               save_weights=args.save_weights, log=log)
+                               save_weights=args.save_weights, log=log, seeds=seeds)
     report["seconds"] = time.perf_counter() - started
     argv = _experiment_argv(args)
     command = shlex.join(["posenc", "experiment", *argv])
@@ -103,17 +115,31 @@ def cmd_experiment(args) -> int:
 def add_parser(sub) -> None:
     """Add `experiment` to the `posenc` command line."""
     from . import experiment
-    from .experiment import DEFAULT, QUICK, VARIANTS
+    from .experiment import DEFAULT, QUICK
 
     p = sub.add_parser("experiment", help="train a small causal LM per encoding on Shakespeare (or --corpus), "
                                           "report perplexity at 1x-8x the training length, speed, memory",
                        description=experiment.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help=f"a smoke test (<60 s): {QUICK}")
-    p.add_argument("--encodings", action="append", help=f"comma-separated, from {', '.join(VARIANTS)} (default all)")
+    p.add_argument("--encodings", action="append",
+                   help=f"comma-separated, from {', '.join(experiment.BASELINE + experiment.RESEARCH)}, any trained "
+                        f"one with +crop and/or +prog (default {','.join(experiment.BASELINE)})")
+    p.add_argument("--stack", help=f"the hybrid row's per-layer stack, bottom first, NAME:LAYERS with NAME from "
+                                   f"{', '.join(experiment.STACK_ENCODINGS)} and LAYERS a count or 'half' "
+                                   f"(default {DEFAULT.stack})")
+    p.add_argument("--stack-bias", choices=experiment.STACK_BIASES,
+                   help=f"the hybrid row's relative bias in every layer (default {DEFAULT.stack_bias})")
+    p.add_argument("--random-crop", action="store_true",
+                   help="train on crops of longer sequences keeping their positions (every row, as +crop)")
+    p.add_argument("--progressive", action="store_true",
+                   help="progressively longer training sequences: train_len/4, /2, then train_len (every row, "
+                        "as +prog)")
+    p.add_argument("--seeds", help="comma-separated seeds: one model per seed, mean ± std reported "
+                                   "(overrides --seed)")
     p.add_argument("--corpus", help="a .txt file or a directory of .txt files (default: the `shakespeare` "
                                     "package's Gutenberg plays)")
     for name, help_ in (("train-len", "training length (bytes)"), ("steps", "training steps"),
-                        ("batch", "sequences per step"), ("d-model", "model width"), ("layers", "layers"),
+                        ("batch", "sequences per step"), ("d-model", "model width"), ("d-ff", "MLP width"), ("layers", "layers"),
                         ("heads", "attention heads"), ("eval-tokens", "validation bytes per evaluation length")):
         p.add_argument(f"--{name}", type=int, help=f"{help_} (default {getattr(DEFAULT, name.replace('-', '_'))}, "
                                                    f"--quick {getattr(QUICK, name.replace('-', '_'))})")

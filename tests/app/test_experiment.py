@@ -7,13 +7,19 @@ import json
 import math
 import os
 import stat
+from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from posenc.cli import main
+from posenc.errors import UsageError
 from posenc.tools import experiment as ex
 from posenc.tools.corpus import load_corpus
+
+
+QUICK_RESEARCH = ("dynamic", "cope")
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +27,9 @@ def quick(tmp_path_factory):
     """One `posenc experiment --quick` run with every report written (the CI smoke test)."""
     out = tmp_path_factory.mktemp("quick")
     paths = {"json": out / "r.json", "markdown": out / "r.md", "plot": out / "ppl.png"}
-    argv = ["experiment", "--quick", "--threads", "1", "--quiet", "--save-weights", str(out)]
+    # the default rows plus two of issue 17's (the dynamic encoding; CoPE, which writes attention out)
+    argv = ["experiment", "--quick", "--threads", "1", "--quiet", "--save-weights", str(out),
+            "--encodings", ",".join(ex.BASELINE + QUICK_RESEARCH)]
     for key, path in paths.items():
         argv += [f"--{key}", str(path)]
     saved = os.umask(0o022)
@@ -36,7 +44,7 @@ def test_quick_trains_every_encoding(quick):
     code, _, _, report = quick
     assert code == 0
     rows = {r["encoding"]: r for r in report["rows"]}
-    assert list(rows) == list(ex.VARIANTS)
+    assert list(rows) == list(ex.BASELINE + QUICK_RESEARCH)
     for row in rows.values():
         assert row["loss_last"] < row["loss_first"] - 0.5, row["encoding"]  # the loss falls
         assert all(math.isfinite(v) for v in row["losses"])
@@ -47,7 +55,8 @@ def test_quick_trains_every_encoding(quick):
 
 def test_quick_reports(quick):
     _, out, paths, report = quick
-    assert report["argv"][:2] == ["--quick", "--threads"]
+    assert report["argv"][:3] == ["--quick", "--encodings", ",".join(ex.BASELINE + QUICK_RESEARCH)]
+    assert report["argv"][report["argv"].index("--threads") + 1] == "1"
     assert report["eval_lengths"] == [32, 64, 128, 256]
     markdown = paths["markdown"].read_text()
     assert markdown.startswith("Made by `posenc experiment --quick")
@@ -57,6 +66,9 @@ def test_quick_reports(quick):
     assert {stat.S_IMODE(p.stat().st_mode) for p in paths.values()} == {0o644}  # ordinary files (umask 022)
     assert np.load(out / "learned_table.npy").shape == (32, 32)
     assert np.load(out / "t5_table.npy").shape == (ex.T5_BUCKETS, 2)
+    assert np.load(out / "dynamic_weight.npy").shape == (32, 32)  # [out, in]
+    assert np.load(out / "cope_pos_emb.npy").shape == (ex.COPE_MAX_POS, 16)
+    assert np.abs(np.load(out / "cope_pos_emb.npy")).max() > 0  # trained away from its zero init
 
 
 def test_rope_scaling_variants_share_the_rope_model(quick):
@@ -128,7 +140,11 @@ def test_progress_bar():
 
 
 @pytest.mark.parametrize("make_argv, needle", [
-    (lambda d: ["--encodings", "rope,xpos"], "xpos"),
+    (lambda d: ["--encodings", "rope,xpox"], "xpox"),
+    (lambda d: ["--encodings", "hybrid", "--stack", "sinusoidal:1,learned:2"], "--stack"),
+    (lambda d: ["--encodings", "hybrid", "--stack", "alibi:2"], "'alibi'"),
+    (lambda d: ["--encodings", "rope-pi", "--random-crop"], "rope-pi"),
+    (lambda d: ["--seeds", "0,0"], "--seeds"),
     (lambda d: ["--corpus", str(d / "missing.txt")], "does not exist"),
     (lambda d: ["--corpus", str(d / "empty.txt")], "empty"),
     (lambda d: ["--corpus", str(d / "small.txt"), "--train-len", "200"], "--train-len=200"),
@@ -142,3 +158,99 @@ def test_bad_input_exits_2(make_argv, needle, tmp_path, capsys):
     (tmp_path / "small.txt").write_text("a short corpus. " * 10)
     assert main(["experiment", "--quick", "--quiet", *make_argv(tmp_path)]) == 2
     assert needle in capsys.readouterr().err
+
+
+TINY = ex.Config(train_len=8, d_model=16, layers=2, heads=2, d_ff=16, batch=2, steps=4, eval_tokens=64,
+                 eval_factors=(1, 2), warmup=1)
+
+
+@pytest.mark.parametrize("encoding", ex.RESEARCH + ("none",))
+def test_research_models_train_and_extrapolate(encoding):
+    """Every issue-17 model: finite logits at the training length and twice it, and gradients reaching its
+    position parameters (those it has) from one step."""
+    import torch
+
+    torch.manual_seed(0)
+    model = ex._build_model(encoding, TINY)
+    tokens = torch.randint(0, 256, (2, 16))
+    loss = model(tokens[:, :8]).logsumexp(-1).mean()
+    loss.backward()
+    learned = ex.learned_module(model)  # hybrid: its learned group is stretched, as the evaluation does
+    table = None if learned is None else __import__("posenc_torch").resize_table(learned.table.detach(), 16)
+    assert torch.isfinite(model(tokens, table=table).detach()).all()  # 2x the training length
+    position_params = {n: p for n, p in model.named_parameters()
+                       if n.split(".")[0] in ("absolute", "stack_modules", "t5", "kerple", "fire")
+                       or ".cope." in n}
+    expected = encoding in ("dynamic", "hybrid", "kerple-log", "kerple-power", "fire", "cope")
+    assert bool(position_params) == expected, sorted(position_params)
+    for name, p in position_params.items():
+        if not name.endswith("L_multiplier"):  # FIRE's L only matters once positions pass init_L = 512
+            assert p.grad is not None and float(p.grad.abs().sum()) > 0, name
+
+
+def test_position_encoding_changes_the_output():
+    """Each encoding is wired in: shifting the positions of a crop changes the absolute rows' logits, not
+    the relative rows' (shift invariance), and the randomized row reads the positions it is given."""
+    import torch
+
+    tokens = torch.randint(0, 256, (1, 8))
+    shifted = torch.arange(8)[None] + 5
+    for encoding, moves in (("sinusoidal", True), ("dynamic", True), ("hybrid", True), ("alibi", False),
+                            ("kerple-log", False), ("fire", False), ("sandwich", False), ("xpos", False),
+                            ("randomized", False)):
+        torch.manual_seed(0)
+        model = ex._build_model(encoding, TINY, random_crop=True).eval()
+        with torch.no_grad():
+            a, b = model(tokens), model(tokens, positions=shifted)
+        # FIRE normalises by max(i, L), the constant L = 512 at these positions: shift invariant here too
+        assert (not torch.allclose(a, b, atol=1e-5)) == moves, encoding
+    torch.manual_seed(0)
+    model = ex._build_model("randomized", TINY).eval()
+    with torch.no_grad():
+        gaps = model(tokens, positions=torch.arange(0, 16, 2)[None])
+    assert not torch.allclose(model(tokens).detach(), gaps, atol=1e-5)
+
+
+def test_training_batches_tricks():
+    cfg = replace(TINY, steps=8, batch=4)
+    plain = list(ex.training_batches(10_000, cfg))
+    assert [p for _, _, p in plain] == [None] * 8 and all(n == 8 for _, n, _ in plain)
+    assert np.array_equal(np.stack([s for s, _, _ in plain]), ex.training_starts(10_000, cfg))
+    crops = [p.numpy() for _, _, p in ex.training_batches(10_000, cfg, random_crop=True)]
+    assert all((np.diff(p, axis=1) == 1).all() and p.min() >= 0 and p.max() < cfg.span for p in crops)
+    assert len({int(p[0, 0]) for p in crops}) > 1  # offsets vary
+    sampled = [p.numpy() for _, _, p in ex.training_batches(10_000, cfg, randomized=True)]
+    assert all((np.diff(p, axis=1) > 0).all() and p.max() < cfg.span for p in sampled)
+    assert any((np.diff(p, axis=1) > 1).any() for p in sampled)  # gaps: not arange
+    progressive = [(s.size, n) for s, n, _ in ex.training_batches(10_000, cfg, progressive=True)]
+    assert progressive == [(16, 2)] * 2 + [(8, 4)] * 2 + [(4, 8)] * 4  # same tokens per step
+    assert ex.progressive_schedule(cfg) == [(0, 2, 16), (2, 4, 8), (4, 8, 4)]
+
+
+def test_stack_parsing():
+    assert ex.parse_stack("sinusoidal:half,learned:half", 4) == (("sinusoidal", 2), ("learned", 2))
+    assert ex.parse_stack("sinusoidal:half,learned:half", 3) == (("sinusoidal", 2), ("learned", 1))
+    assert ex.parse_stack("none:1,rope:2", 3) == (("none", 1), ("rope", 2))
+    for bad in ("sinusoidal:3", "alibi:2", "sinusoidal:x,learned:1", ""):
+        with pytest.raises(UsageError):
+            ex.parse_stack(bad, 2)
+
+
+def test_seeds_are_averaged_and_tricks_are_rows():
+    """Two seeds: mean and sample std per length from the seeds' values; +crop / +prog rows are models of
+    their own, noted in the report."""
+    corpus = SimpleNamespace(train=np.frombuffer(b"abcdefgh " * 400, np.uint8),
+                             valid=np.frombuffer(b"hgfedcba " * 40, np.uint8), valid_files=[], name="t",
+                             describe=lambda: "tiny")
+    report = ex.run_experiment(TINY, corpus, encodings=["alibi", "learned+crop", "rope+prog"], progress=False,
+                               log=lambda *a: None, seeds=[0, 1])
+    rows = {r["encoding"]: r for r in report["rows"]}
+    for row in rows.values():
+        for n in TINY.eval_lengths:
+            values = row["ppl_seeds"][n]
+            assert row["ppl"][n] == pytest.approx(np.mean(values))
+            assert row["ppl_std"][n] == pytest.approx(np.std(values, ddof=1)) and row["ppl_std"][n] > 0
+    assert "--random-crop" in rows["learned+crop"]["note"] and "resize_table" not in rows["learned+crop"]["note"]
+    assert "--progressive" in rows["rope+prog"]["note"]
+    table = ex.markdown_table(report)
+    assert " ± " in table and "seeds [0, 1]" in table
