@@ -22,7 +22,8 @@ from .figures import new_figure, suptitle
 
 __all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves", "attention_weights",
            "load_table", "figure_table", "figure_rope_decay", "figure_bias", "figure_attention_maps", "figure_diff",
-           "figure_experiment", "figure_mrope", "mrope_assignment", "figure_schedule", "schedule_rows"]
+           "figure_experiment", "figure_mrope", "mrope_assignment", "figure_schedule", "schedule_rows",
+           "research_arrays", "figure_research"]
 
 TABLE_ENCODINGS = {"sinusoidal": "sinusoidal", "rope": "apply_rope", "learned": "learned"}
 #: the encodings `posenc experiment` trains a model with, "none" included
@@ -66,14 +67,14 @@ def _positive(name, value):
     return value
 
 
-def load_table(path: str, ndim: int = 2) -> np.ndarray:
+def load_table(path: str, ndim: int | None = 2) -> np.ndarray:
     """A table saved with `np.save` (e.g. by `posenc experiment --save-weights`), as float64; UsageError
-    when it cannot be read or has the wrong number of dimensions."""
+    when it cannot be read or has the wrong number of dimensions (`ndim=None`: any)."""
     try:
         table = np.load(path)
     except (OSError, ValueError) as error:
         raise UsageError(f"cannot read table {path!r}: {error}") from error
-    if table.ndim != ndim:
+    if ndim is not None and table.ndim != ndim:
         raise UsageError(f"table {path!r} must be {ndim}-D, has shape {table.shape}")
     return table.astype(np.float64)
 
@@ -456,6 +457,114 @@ def figure_schedule(*, config):
     return figure
 
 
-FIGURES = {"table": figure_table, "rope-decay": figure_rope_decay, "bias": figure_bias,
+RESEARCH_BIASES = ("kerple-log", "kerple-power", "sandwich", "fire", "deberta")
+RESEARCH_TABLES = ("dynamic", "xpos")
+RESEARCH_ENCODINGS = RESEARCH_BIASES + RESEARCH_TABLES
+
+
+def research_arrays(encoding, *, heads=8, length=64, dim=64, weights=(), seed=0, backend="numpy"):
+    """`(detail, array)` of a research encoding, computed by the spec or a backend.
+
+    Biases `[heads, length, length]` (causal use: query >= key): kerple-log/-power (`weights` = r1, r2
+    `[heads]`, e.g. `posenc experiment --save-weights`' kerple-log_r1.npy / _r2.npy; default the paper's
+    init U(0, 2), U(0, 1)), sandwich (fixed, `dim` its width), fire (default: nn.Linear's init
+    U(+-1/sqrt(fan_in)), c = 0.1, L = 512), deberta (`[1, length, length]`: `build_relative_position` with
+    bucket_size 16 and max_position `length`, the bucket index, not a bias).
+    Tables `[length, dim]`: dynamic (`weights` = weight `[dim, dim]`, bias `[dim]`, e.g. dynamic_weight.npy /
+    dynamic_bias.npy; default nn.Linear's init) applied to zeros, i.e. `Linear(sinusoidal(p))`; xpos
+    (`xpos_scale`, the query factor; keys use its inverse).
+    """
+    if encoding not in RESEARCH_ENCODINGS:
+        raise UsageError(f"--encoding {encoding!r}: choose from {', '.join(RESEARCH_ENCODINGS)}")
+    heads, length, dim = _positive("heads", heads), _positive("length", length), _positive("dim", dim)
+    rng = np.random.default_rng(seed)
+    pos = np.arange(length, dtype=np.int64)
+    weights = list(weights)
+    if encoding.startswith("kerple"):
+        kernel = encoding.split("-")[1]
+        if weights:
+            if len(weights) != 2 or weights[0].shape != weights[1].shape or weights[0].ndim != 1:
+                raise UsageError("--weights for KERPLE: two .npy files, r1 and r2, each [heads]")
+            r1, r2 = weights
+            detail = "given r1, r2 (clamped as the module does)"
+        else:
+            r1, r2 = rng.uniform(0, 2, heads), rng.uniform(0, 1, heads)
+            detail = f"paper init r1 ~ U(0, 2), r2 ~ U(0, 1), seed {seed}"
+        r1 = np.maximum(r1, 0.01)
+        r2 = np.clip(r2, 0.01, 2.0) if kernel == "power" else np.maximum(r2, 0.01)
+        return f"{detail}, kernel={kernel!r}", _call(backend, "kerple_bias", r1, r2, pos, pos, kernel=kernel)
+    if encoding == "sandwich":
+        return f"dim={dim}", _call(backend, "sandwich_bias", heads, pos, pos, dim=dim)
+    if encoding == "fire":
+        width = 32
+        w1, b1 = rng.uniform(-1, 1, (width, 1)), rng.uniform(-1, 1, width)
+        bound = 1 / np.sqrt(width)
+        w2, b2 = rng.uniform(-bound, bound, (heads, width)), rng.uniform(-bound, bound, heads)
+        detail = f"random init (nn.Linear's), c=0.1, L=512, width {width}, seed {seed}"
+        return detail, _call(backend, "fire_bias", np.array(0.1), np.array(512.0), w1, b1, w2, b2, pos, pos)
+    if encoding == "deberta":
+        bucket_size = 16
+        buckets = _call(backend, "build_relative_position", pos, pos, bucket_size=bucket_size,
+                        max_position=max(length, bucket_size // 2 + 2))
+        return f"bucket index of query - key, bucket_size={bucket_size}, max_position={length}", buckets[None]
+    if encoding == "dynamic":
+        if weights:
+            if len(weights) != 2 or weights[0].shape != (weights[1].shape[0],) * 2:
+                raise UsageError("--weights for dynamic: two .npy files, weight [dim, dim] and bias [dim]")
+            weight, bias = weights
+            detail = "given projection"
+        else:
+            bound = 1 / np.sqrt(dim)
+            weight, bias = rng.uniform(-bound, bound, (dim, dim)), rng.uniform(-bound, bound, dim)
+            detail = f"random nn.Linear init, seed {seed}"
+        zeros = np.zeros((length, weight.shape[0]))
+        return f"Linear(sinusoidal(p)) ({detail})", _call(backend, "dynamic_position_encoding", zeros, weight, bias)
+    return "query factor zeta_i ** (p / 512), gamma 0.4 (keys: the inverse)", _call(backend, "xpos_scale", pos, dim)
+
+
+def figure_research(*, encoding="kerple-log", heads=8, length=64, dim=64, weights=(), seed=0, backend="numpy"):
+    """A research encoding: bias per head against distance plus head 0's map (kerple-log, kerple-power,
+    sandwich, fire), DeBERTa's bucket map and bucket curve, or a table heatmap (dynamic, xpos)."""
+    detail, data = research_arrays(encoding, heads=heads, length=length, dim=dim, weights=weights, seed=seed,
+                                   backend=backend)
+    figure = new_figure(12, 4.5)
+    if encoding in RESEARCH_TABLES:
+        if encoding == "xpos":
+            data = np.log(data)
+        extent = (-0.5, data.shape[1] - 0.5, data.shape[0] - 0.5, -0.5)
+        _heatmap(figure, figure.add_subplot(1, 2, 1), data, title="ln(scale)" if encoding == "xpos" else "table",
+                 xlabel="channel", ylabel="position", extent=extent, label="value")
+        lines = figure.add_subplot(1, 2, 2)
+        for c in sorted({0, 1, data.shape[1] // 2, data.shape[1] - 1}):
+            lines.plot(np.arange(data.shape[0]), data[:, c], label=f"channel {c}", linewidth=1)
+        lines.set_xlabel("position")
+        lines.set_ylabel("ln(scale)" if encoding == "xpos" else "value")
+        lines.grid(alpha=0.3)
+        lines.legend(fontsize="x-small")
+        suptitle(figure, f"{encoding}: {detail} [{backend}]")
+        return figure
+    pos = np.arange(data.shape[-1])
+    causal = pos[:, None] >= pos[None, :]
+    shown = np.where(causal, data, np.nan) if encoding != "deberta" else data
+    lines = figure.add_subplot(1, 2, 1)
+    query = data.shape[-1] - 1
+    for h in range(data.shape[0]):
+        lines.plot(pos - query, shown[h, query], label=f"head {h}" if encoding != "deberta" else "bucket",
+                   linewidth=1)
+    lines.set_xlabel(f"key position - query position (query {query})")
+    lines.set_ylabel("bucket" if encoding == "deberta" else "bias added to the logit")
+    lines.set_title("per head against relative position" if encoding != "deberta" else
+                    "bucket against relative position", fontsize="medium")
+    lines.grid(alpha=0.3)
+    lines.legend(fontsize="x-small", ncol=2)
+    title = "bucket[query, key]" if encoding == "deberta" else "head 0: bias[query, key] (future masked)"
+    _heatmap(figure, figure.add_subplot(1, 2, 2), shown[0], title=title, xlabel="key position",
+             ylabel="query position", cmap="viridis", symmetric=False, label="bucket" if encoding == "deberta" else "bias")
+    heads_text = "" if encoding == "deberta" else f", {data.shape[0]} heads"
+    suptitle(figure, f"{encoding}{heads_text} ({detail}) [{backend}]")
+    return figure
+
+
+FIGURES = {"research": figure_research, "table": figure_table, "rope-decay": figure_rope_decay, "bias": figure_bias,
            "attention-maps": figure_attention_maps, "diff": figure_diff, "experiment": figure_experiment,
            "mrope": figure_mrope, "schedule": figure_schedule}

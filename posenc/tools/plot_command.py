@@ -38,6 +38,12 @@ def _figure(args):
     if args.kind == "diff":
         return plot.figure_diff(args.a, args.b, positions=args.positions, dim=args.dim, backend=args.backend,
                                 backend_b=args.backend_b)
+    if args.kind == "research":
+        from .plot import load_table
+
+        weights = [load_table(path, ndim=None) for path in args.weights]
+        return plot.figure_research(encoding=args.encoding, heads=args.heads, length=args.length, dim=args.dim,
+                                    weights=weights, seed=args.seed, backend=args.backend)
     if args.kind == "mrope":
         return plot.figure_mrope(convention=args.convention, dim=args.dim)
     if args.kind == "schedule":
@@ -116,6 +122,18 @@ def add_parser(sub) -> None:
                    help="compute B with another backend (default: --backend), e.g. to see float32 error")
     p.add_argument("--positions", type=int, default=128)
     p.add_argument("--dim", type=int, default=64)
+
+    p = kind("research", "a research encoding: KERPLE / Sandwich / FIRE bias per head, DeBERTa's log buckets, "
+                         "the dynamic encoding's table, xPos' scale")
+    p.add_argument("--encoding", default="kerple-log",
+                   help="kerple-log, kerple-power, sandwich, fire, deberta, dynamic or xpos (default kerple-log)")
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--length", type=int, default=64, help="positions 0..length-1")
+    p.add_argument("--dim", type=int, default=64, help="sandwich's sinusoid width, the dynamic/xpos table width")
+    p.add_argument("--weights", nargs="*", default=[], metavar="NPY",
+                   help="trained weights from `posenc experiment --save-weights`: KERPLE r1 r2, or dynamic "
+                        "weight bias (default: the initialisation, seeded)")
+    p.add_argument("--seed", type=int, default=0)
 
     p = kind("mrope", "multi-axis RoPE: which channel reads which position axis, with which frequency")
     p.add_argument("--convention", default="qwen2-vl",

@@ -177,3 +177,74 @@ def test_schedule_figure_from_a_config_json(tmp_path, capsys):
     bad.write_text(json.dumps({**CONFIGS["llama4"], "model_type": "gemma3_text"}))  # no_rope_layers: meaning unknown
     assert main(["plot", "schedule", "--config", str(bad), "--out", str(tmp_path / "x.png")]) == 2
     assert "no_rope_layers is read only for" in capsys.readouterr().err
+
+
+# --- issue 17: the research encodings and the research experiment rows ---------------------------------
+
+@pytest.mark.parametrize("encoding", plot.RESEARCH_ENCODINGS)
+def test_research_figure_is_one_command(encoding, tmp_path, capsys):
+    out = tmp_path / f"{encoding}.png"
+    assert main(["plot", "research", "--encoding", encoding, "--heads", "2", "--length", "12", "--dim", "8",
+                 "--out", str(out), "--dpi", "40"]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_research_arrays_are_the_spec_and_the_backend():
+    """The plotted arrays are posenc_np's (the init drawn from the seed), and torch's agree within the float32
+    tolerance."""
+    pos = np.arange(10)
+    rng = np.random.default_rng(3)
+    r1, r2 = rng.uniform(0, 2, 4), rng.uniform(0, 1, 4)
+    _, bias = plot.research_arrays("kerple-log", heads=4, length=10, seed=3)
+    np.testing.assert_array_equal(bias, posenc_np.kerple_bias(np.maximum(r1, 0.01), np.maximum(r2, 0.01), pos, pos))
+    _, sandwich = plot.research_arrays("sandwich", heads=4, length=10, dim=16)
+    np.testing.assert_array_equal(sandwich, posenc_np.sandwich_bias(4, pos, pos, dim=16))
+    _, buckets = plot.research_arrays("deberta", length=40)
+    np.testing.assert_array_equal(buckets[0], posenc_np.build_relative_position(
+        np.arange(40), np.arange(40), bucket_size=16, max_position=40))
+    _, scale = plot.research_arrays("xpos", length=10, dim=8)
+    np.testing.assert_array_equal(scale, posenc_np.xpos_scale(pos, 8))
+    for encoding in ("fire", "dynamic"):
+        spec = plot.research_arrays(encoding, heads=3, length=10, dim=8)[1]
+        torch_values = plot.research_arrays(encoding, heads=3, length=10, dim=8, backend="torch")[1]
+        compare(torch_values, spec, tolerance("float32"))
+
+
+def test_research_figure_uses_trained_weights(tmp_path):
+    """`--weights` from `posenc experiment --save-weights`: KERPLE's r1, r2 (clamped as the module does), the
+    dynamic projection."""
+    np.save(tmp_path / "r1.npy", np.array([0.5, 1.0]))
+    np.save(tmp_path / "r2.npy", np.array([0.001, 3.0]))
+    weights = [plot.load_table(str(tmp_path / f"r{i}.npy"), ndim=None) for i in (1, 2)]
+    _, bias = plot.research_arrays("kerple-power", length=6, weights=weights)
+    pos = np.arange(6)
+    np.testing.assert_allclose(bias, posenc_np.kerple_bias([0.5, 1.0], [0.01, 2.0], pos, pos, kernel="power"))
+    weight, b = np.eye(4), np.arange(4.0)
+    _, table = plot.research_arrays("dynamic", length=5, weights=[weight, b])
+    np.testing.assert_allclose(table, posenc_np.sinusoidal(np.arange(5), 4) + b)
+    assert main(["plot", "research", "--encoding", "kerple-log", "--weights", str(tmp_path / "r1.npy"),
+                 "--out", str(tmp_path / "x.png")]) == 2
+
+
+def test_experiment_plot_shows_the_spread_over_seeds(tmp_path):
+    report = {"eval_lengths": [32, 64], "config": {"train_len": 32}, "seeds": [0, 1],
+              "rows": [{"encoding": "kerple-log", "ppl": {"32": 5.0, "64": 5.1}, "ppl_std": {"32": 0.1, "64": 0.2}},
+                       {"encoding": "learned+crop", "ppl": {"32": 5.5, "64": 7.0}, "ppl_std": {"32": 0.0, "64": 0.3}}]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    ax = plot.figure_experiment(str(tmp_path / "r.json")).axes[0]
+    labelled = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert [line.get_label() for line in labelled] == ["kerple-log", "learned+crop"]
+    assert [line.get_linestyle() for line in labelled] == ["--", ":"]  # research dashed, tricks dotted
+    bars = [c for c in ax.collections if len(c.get_segments()) == 2]  # one vertical bar per length
+    spans = sorted(round(float(np.ptp([p[1] for p in seg])), 6) for c in bars for seg in c.get_segments())
+    assert spans == [0.0, 0.2, 0.4, 0.6]  # 2 std
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--encoding", "rope"], "kerple-log"),
+    (["--encoding", "sandwich", "--dim", "7"], "dim"),
+    (["--encoding", "kerple-log", "--heads", "0"], "--heads=0"),
+])
+def test_research_bad_input_exits_2(argv, needle, tmp_path, capsys):
+    assert main(["plot", "research", *argv, "--out", str(tmp_path / "x.png")]) == 2
+    assert needle in capsys.readouterr().err
