@@ -87,8 +87,10 @@ def hf_llama_shapes(dim=2048, heads=16, kv_heads=4, vocab=32000, layers=3, ffn=5
     shapes = {"model.embed_tokens.weight": (vocab, dim)}
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes.update({p + "self_attn.q_proj.weight": (heads * hd, dim), p + "self_attn.k_proj.weight": (kv_heads * hd, dim),
-                       p + "self_attn.v_proj.weight": (kv_heads * hd, dim), p + "self_attn.o_proj.weight": (dim, heads * hd),
+        shapes.update({p + "self_attn.q_proj.weight": (heads * hd, dim),
+                       p + "self_attn.k_proj.weight": (kv_heads * hd, dim),
+                       p + "self_attn.v_proj.weight": (kv_heads * hd, dim),
+                       p + "self_attn.o_proj.weight": (dim, heads * hd),
                        p + "mlp.gate_proj.weight": (ffn, dim), p + "mlp.up_proj.weight": (ffn, dim),
                        p + "mlp.down_proj.weight": (dim, ffn), p + "input_layernorm.weight": (dim,),
                        p + "post_attention_layernorm.weight": (dim,)})
@@ -116,8 +118,8 @@ def run_sharded(directory):
         rows = []
         for name, target, args in (("sharded HF -> GGUF (hf-llama-to-gguf)", os.path.join(work, "m.gguf"),
                                     ["--preset", "hf-llama-to-gguf"]),
-                                   ("sharded HF -> sharded dir (--max-shard-size 200MB)", os.path.join(work, "out") + "/",
-                                    ["--max-shard-size", "200MB"])):
+                                   ("sharded HF -> sharded dir (--max-shard-size 200MB)",
+                                    os.path.join(work, "out") + "/", ["--max-shard-size", "200MB"])):
             result = _child(["port", source, target, *args])
             bound = baseline["maxrss_mib"] + 2 * largest / MIB
             rows.append(dict(config=name, size_mib=total / MIB, largest_mib=largest / MIB,

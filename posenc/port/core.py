@@ -134,8 +134,8 @@ def _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadat
     prefix = "model" if as_directory else os.path.basename(target)[: -len(".safetensors")]
     with _atomic_directory(target) as tmp:
         try:
-            files = write_shards(tmp.path, [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader)) for e in entries],
-                                 metadata or {}, limit, prefix=prefix)
+            thunks = [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader)) for e in entries]
+            files = write_shards(tmp.path, thunks, metadata or {}, limit, prefix=prefix)
         except (ValueError, TypeError, OSError) as error:
             raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
         if as_directory and sidecar and sidecar.get("hf_config"):

@@ -447,7 +447,8 @@ def diagnose_checkpoints(a, b) -> Diagnosis:
                                           f"({gg.layout}); {hf.path}'s family converts to {hf.arch!r} "
                                           f"({hf.rope_type.upper()})"))
         else:
-            findings.append(("architecture", f"architectures differ ({A.arch!r} vs {B.arch!r}) with the same rope type"))
+            findings.append(("architecture", f"architectures differ ({A.arch!r} vs {B.arch!r}) with the same rope "
+                                             "type"))
     relations = {}
     for i in range(A.layers):
         qa, ka = A.qk_rows(i)
@@ -467,9 +468,10 @@ def diagnose_checkpoints(a, b) -> Diagnosis:
                 findings.append(("rope-rows", f"{where}: {text}; they match the other architecture's rope type, "
                                               "so the architecture is what is wrong"))
             else:
-                findings.append(("rope-rows", f"{where}: {text}, but A rotates {A.layout} and B {B.layout}: llama.cpp / "
-                                              "transformers would pair the wrong channels (convert_hf_to_gguf.py "
-                                              "LlamaModel.permute is needed exactly when the rope type is NORM)"))
+                findings.append(("rope-rows", f"{where}: {text}, but A rotates {A.layout} and B {B.layout}: "
+                                              "llama.cpp / transformers would pair the wrong channels "
+                                              "(convert_hf_to_gguf.py LlamaModel.permute is needed exactly when "
+                                              "the rope type is NORM)"))
         else:
             unexplained.append(f"{where}: q/k weights differ beyond any row permutation ({relation})")
     if A.base != B.base and not np.isclose(np.float32(A.base), np.float32(B.base), rtol=0, atol=0):

@@ -71,8 +71,9 @@ _PHI3_LAYER = (("input_layernorm.weight", "attn_norm.weight"), ("post_attention_
                ("self_attn.qkv_proj.weight", "attn_qkv.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
                ("mlp.gate_up_proj.weight", "ffn_up.weight"), ("mlp.down_proj.weight", "ffn_down.weight"))
 _NEOX_LAYER = tuple((f"{hf}.{p}", f"{gg}.{p}") for hf, gg in (
-    ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"), ("attention.query_key_value", "attn_qkv"),
-    ("attention.dense", "attn_output"), ("mlp.dense_h_to_4h", "ffn_up"), ("mlp.dense_4h_to_h", "ffn_down"))
+    ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+    ("attention.query_key_value", "attn_qkv"), ("attention.dense", "attn_output"),
+    ("mlp.dense_h_to_4h", "ffn_up"), ("mlp.dense_4h_to_h", "ffn_down"))
     for p in ("weight", "bias"))
 _NEOX_GLOBAL = (("gpt_neox.embed_in.weight", "token_embd.weight"), ("gpt_neox.final_layer_norm.weight",
                 "output_norm.weight"), ("gpt_neox.final_layer_norm.bias", "output_norm.bias"),
@@ -150,7 +151,8 @@ def _schedule(config, what):
 def llama3_rope_freqs(head_dim, base, scaling) -> np.ndarray:
     """llama.cpp's `rope_freqs` factors (convert_hf_to_gguf.py LlamaModel.generate_extra_tensors): the
     frequencies in float32, the band tests and the smooth factor in Python floats, stored float32."""
-    freqs = (np.float32(1.0) / (np.float32(base) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
+    exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    freqs = np.float32(1.0) / (np.float32(base) ** exponent)
     factor, low, high = (float(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor"))
     original = float(scaling["original_max_position_embeddings"])
     out = []
@@ -172,8 +174,9 @@ def _rope_metadata(family, config, schedule, prefix):
     if not used:
         raise UsageError(f"{family.name}: the config has no rotary layer")
     if any(e != used[0] for e in used):
-        raise UsageError(f"{family.name}: per-layer RoPE settings differ ({len({json.dumps(e, sort_keys=True) for e in used})} "
-                         "kinds); this llama.cpp architecture has one rope for every layer")
+        kinds = len({json.dumps(e, sort_keys=True) for e in used})
+        raise UsageError(f"{family.name}: per-layer RoPE settings differ ({kinds} kinds); this llama.cpp "
+                         "architecture has one rope for every layer")
     entry = used[0]
     kv = [(f"{prefix}.rope.freq_base", entry["base"], "float32"),
           (f"{prefix}.rope.dimension_count", entry["rotary_dim"], "uint32")]
@@ -213,7 +216,8 @@ def tokenizer_kv(directory, vocab_size):
 
     path = Path(directory)
     if not (path / "tokenizer.json").is_file():
-        return [("tokenizer.ggml.model", "none", "string")], "no tokenizer.json beside SOURCE: tokenizer.ggml.model = none"
+        return ([("tokenizer.ggml.model", "none", "string")],
+                "no tokenizer.json beside SOURCE: tokenizer.ggml.model = none")
     from gguf.vocab import BpeVocab, LlamaHfVocab, SpecialVocab
 
     vocab, model = None, None
@@ -366,7 +370,8 @@ def _hf_config_from_gguf(family, reader, options):
               family.eps[0]: float(get(family.eps[1])), "rope_theta": base,
               "tie_word_embeddings": "output.weight" not in reader, "torch_dtype": "float32",
               # the token ids the GGUF's tokenizer section names; None rather than a family default outside the vocab
-              "bos_token_id": md.get("tokenizer.ggml.bos_token_id"), "eos_token_id": md.get("tokenizer.ggml.eos_token_id"),
+              "bos_token_id": md.get("tokenizer.ggml.bos_token_id"),
+              "eos_token_id": md.get("tokenizer.ggml.eos_token_id"),
               "pad_token_id": md.get("tokenizer.ggml.padding_token_id")}
     if family.name == "gpt-neox":
         config.update(rotary_pct=n_rot / head_dim, use_parallel_residual=True)

@@ -87,7 +87,8 @@ def read_gguf(path):
             dtype = kind.name.lower().replace("i", "int")
         else:
             dtype = "float32"  # dequantized
-        shapes[tensor.name], dtypes[tensor.name], tensors[tensor.name], types[tensor.name] = shape, dtype, tensor, kind.name
+        shapes[tensor.name], dtypes[tensor.name] = shape, dtype
+        tensors[tensor.name], types[tensor.name] = tensor, kind.name
 
     def get(name):
         tensor = tensors[name]
@@ -108,7 +109,7 @@ _GGML = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64
 
 
 def write_gguf(path, entries, metadata, *, block=1 << 24):
-    """Write `entries` (name, shape, dtype, thunk) with `metadata["gguf"] = {"arch": ..., "kv": [(key, value, type)]}`."""
+    """Write `entries` (name, shape, dtype, thunk); `metadata["gguf"] = {"arch": ..., "kv": [(key, value, type)]}`."""
     import gguf
 
     from .formats import _checked, drop_pages

@@ -99,7 +99,8 @@ def read_index(path):
         listed = {n for n, f in weight_map.items() if f == file}
         held = set(shard.names())
         if listed - held:
-            raise UsageError(f"shard {file!r} lacks tensor(s) the index gives it: {', '.join(sorted(listed - held)[:5])}")
+            raise UsageError(f"shard {file!r} lacks tensor(s) the index gives it: "
+                             f"{', '.join(sorted(listed - held)[:5])}")
         if held - listed:
             raise UsageError(f"shard {file!r} holds tensor(s) the index does not list: "
                              f"{', '.join(sorted(held - listed)[:5])}")

@@ -265,7 +265,8 @@ def test_hf_llama_to_flax(tmp_path):
     flax_serialization = pytest.importorskip("flax.serialization")
     src = tmp_path / "hf"
     save_model(src, transformers.LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"]), shard="1GB")
-    assert run("port", src, tmp_path / "flax.msgpack", "--preset", "hf-llama-to-flax", "--json", tmp_path / "r.json") == 0
+    assert run("port", src, tmp_path / "flax.msgpack", "--preset", "hf-llama-to-flax",
+               "--json", tmp_path / "r.json") == 0
     tree = flax_serialization.msgpack_restore((tmp_path / "flax.msgpack").read_bytes())
     state = hf_state(src)
     np.testing.assert_array_equal(tree["model"]["layers"]["1"]["self_attn"]["k_proj"]["kernel"],

@@ -43,7 +43,10 @@ def write_meta_shards(directory, state, *, tamper=None):
         part = {}
         for name, value in state.items():
             axis = next((a for key, a in AXES.items() if f"{key}." in name), None)
-            value = np.split(value, 2, axis=axis)[shard] if axis is not None else value + (shard if name == tamper else 0)
+            if axis is not None:
+                value = np.split(value, 2, axis=axis)[shard]
+            elif name == tamper:
+                value = value + shard
             part[name] = torch.from_numpy(np.ascontiguousarray(value))
         torch.save(part, directory / f"consolidated.{shard:02d}.pth")
 
@@ -127,7 +130,8 @@ def test_meta_model_parallel_shards_are_merged(tmp_path):
         (d / "params.json").write_text(params)
     save_safetensors(whole / "consolidated.safetensors", state)
     write_meta_shards(split, state)
-    assert run("port", whole / "consolidated.safetensors", tmp_path / "a.safetensors", "--preset", "meta-llama-to-hf") == 0
+    assert run("port", whole / "consolidated.safetensors", tmp_path / "a.safetensors",
+               "--preset", "meta-llama-to-hf") == 0
     assert run("port", split, tmp_path / "b.safetensors", "--preset", "meta-llama-to-hf") == 0
     assert run("port", split / "consolidated.00.pth", tmp_path / "c.safetensors", "--preset", "meta-llama-to-hf") == 0
     a, b, c = (open_reader(tmp_path / f"{x}.safetensors") for x in "abc")
