@@ -26,10 +26,15 @@ The layout ("half" = HF `rotate_half`, or "interleaved") is not in any config: i
 code, listed in `INTERLEAVED_FAMILIES`; every other family rotates halves. The test
 tests/spec/test_schedule_sweep.py checks both against every model type of the installed transformers.
 
+Multi-axis RoPE: for the Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models (model types starting with a key of
+`posenc_np.rope._MROPE_MODEL_DEFAULTS`) every entry also holds `mrope_section` and `mrope_interleaved` (the
+config's, else the family's modeling-code default, as `scaling_from_hf_config`); feed `apply_rope` the
+`[3, ..., seq]` ids of `posenc_np.mrope_position_ids`.
+
 Never a silent default: a position key it does not know, a layer type it cannot place, a missing
 `rope_theta`, a `rope_type` outside `posenc_np.scaling.SCALING_TYPES`, or a family whose positions
-are not a per-layer 1-D RoPE (multi-axis `mrope_section`, per-layer theta lists...) raise `ValueError`
-naming the key.
+are not a per-layer RoPE the spec implements (another family's `mrope_section`, per-layer theta lists...)
+raise `ValueError` naming the key.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import json
 import os
 from typing import Mapping
 
-from .rope import resolve_rotary_dim
+from .rope import _MROPE_MODEL_DEFAULTS, _mrope_from_config, resolve_rotary_dim, rope_plan
 from .scaling import SCALING_TYPES, resolve_scaling
 
 __all__ = [
@@ -166,6 +171,12 @@ def _layer_types(cfg: dict, num_layers: int, where: str) -> list:
     return ["full_attention"] * num_layers
 
 
+def _reads_mrope(model_type) -> bool:
+    """Multi-axis RoPE is read for the families whose convention posenc_np.mrope implements (Qwen2-VL,
+    Qwen2.5-VL, Qwen3-VL and their MoE / text variants: `posenc_np.rope._MROPE_MODEL_DEFAULTS` prefixes)."""
+    return any(str(model_type or "").startswith(prefix) for prefix in _MROPE_MODEL_DEFAULTS)
+
+
 def _nested(params) -> bool:
     return bool(params) and all(isinstance(v, Mapping) or v is None for v in params.values())
 
@@ -203,6 +214,11 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
     if kind is not None and legacy is not None and kind != legacy:
         raise ValueError(f"{where}: rope_type={kind!r} and type={legacy!r} disagree")
     kind = kind or legacy or "default"
+    # multi-axis RoPE of the Qwen-VL text models: mrope_section / mrope_interleaved (or the family's defaults,
+    # posenc_np.rope._MROPE_MODEL_DEFAULTS) become keys of the entry; v4's "type": "mrope" is default frequencies
+    mrope = _mrope_from_config(cfg, params) if _reads_mrope(model_type) else {}
+    if kind == "mrope" and mrope:
+        kind = "default"
     if kind not in SCALING_TYPES:
         raise ValueError(f"{where}: rope_type={kind!r} is not one of {sorted(SCALING_TYPES)}")
     base = params.pop("rope_theta", None)
@@ -242,6 +258,12 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: {error}") from None
     entry = dict(base=float(base), rotary_dim=rotary_dim, layout=layout, scaling=scaling)
+    if mrope:
+        try:
+            rope_plan(rotary_dim, base=float(base), scaling=scaling, layout=layout, **mrope)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{where}: {error}") from None
+        entry.update(mrope)
     if mla:  # rope_interleave: the rope slice is stored as interleaved pairs (HF de-interleaves it before rotate_half)
         entry["layout"] = "interleaved" if cfg.get("rope_interleave") else "half"
     return entry
@@ -312,9 +334,11 @@ def rope_schedule_from_hf_config(config) -> list:
         raise ValueError(f"{where}: rope_parameters={params!r} must be a dict")
     nested = _nested(params)
     for kind in (params.values() if nested else [params]):
-        if kind and (kind.get("mrope_section") is not None or kind.get("rope_type") in ("mrope", "axial")):
-            raise ValueError(f"{where}: multi-axis RoPE (mrope_section / rope_type={kind.get('rope_type')!r}) "
-                             "is not a per-layer 1-D schedule")
+        multi_axis = kind and (kind.get("mrope_section") is not None or kind.get("rope_type") in ("mrope", "axial"))
+        if multi_axis and (kind.get("rope_type") == "axial" or not _reads_mrope(model_type)):
+            raise ValueError(f"{where}: multi-axis RoPE (mrope_section / rope_type={kind.get('rope_type')!r}) is "
+                             f"read only for the Qwen-VL text conventions ({', '.join(_MROPE_MODEL_DEFAULTS)}: "
+                             "sections, interleaving and position ids as posenc_np.mrope); this family's is not known")
     uses_rope = [True] * num_layers
     if cfg.get("no_rope_layers"):
         if model_type not in NO_ROPE_LAYERS_USES_ROPE:

@@ -22,6 +22,8 @@ import numpy as np
 import posenc_np as pn
 
 POSITIONS = np.array([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144])
+# multi-axis entries (Qwen-VL text, mrope_section): a different id per axis, so a wrong section or interleaving shows
+MROPE_POSITIONS = np.stack([POSITIONS, POSITIONS[::-1], (3 * POSITIONS) % 151])
 # transformers forms float32 angles p * inv_freq (relative error ~6e-8): at p <= 144 that is < 1e-5 rad.
 ATOL = 2e-5
 
@@ -102,11 +104,15 @@ def _pair_table(t, width):
     raise AssertionError(f"rotary output of width {width} is neither half nor interleaved duplicated")
 
 
-def hf_cos_sin(rotary, layer_type, config):
+def _positions(entry):
+    return MROPE_POSITIONS if entry.get("mrope_section") is not None else POSITIONS
+
+
+def hf_cos_sin(rotary, layer_type, config, positions=POSITIONS):
     import torch
 
-    x = torch.zeros(1, len(POSITIONS), 8, dtype=torch.float32)
-    position_ids = torch.tensor(POSITIONS)[None]
+    x = torch.zeros(1, positions.shape[-1], 8, dtype=torch.float32)
+    position_ids = torch.tensor(positions)[..., None, :]  # [1, seq], or [axes, 1, seq] (Qwen-VL mrope)
     params = inspect.signature(rotary.forward).parameters
     with torch.no_grad():
         if "layer_type" in params:
@@ -156,12 +162,12 @@ def check_model_type(model_type):
             continue
         seen[key] = entry
         try:
-            cos, sin, complex_form = hf_cos_sin(rotary, key, config)
+            cos, sin, complex_form = hf_cos_sin(rotary, key, config, _positions(entry))
         except Exception as error:  # noqa: BLE001
             return "mismatch", f"read, but {cls.__name__}.forward fails: {type(error).__name__}: {error}"[:300]
         width = entry["rotary_dim"]
         kwargs = {k: v for k, v in entry.items() if k != "layout"}
-        ref_cos, ref_sin = pn.rope_cos_sin(POSITIONS, **kwargs, layout="half")
+        ref_cos, ref_sin = pn.rope_cos_sin(_positions(entry), **kwargs, layout="half")
         ref_cos, ref_sin = ref_cos[..., : width // 2], ref_sin[..., : width // 2]
         if complex_form:
             got_cos, got_sin = cos, sin
@@ -203,7 +209,7 @@ def _check_apply(module, cos, sin, entry):
         return None
     width = entry["rotary_dim"]
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, 2, len(POSITIONS), width))
+    q = rng.standard_normal((1, 2, _positions(entry).shape[-1], width))
     tq = torch.tensor(q, dtype=torch.float32)
     try:
         with torch.no_grad():
@@ -211,7 +217,7 @@ def _check_apply(module, cos, sin, entry):
                           torch.tensor(sin, dtype=torch.float32)[None])
     except Exception:  # noqa: BLE001 - a non-standard apply function (shapes of its own)
         return None
-    ref = pn.apply_rope(q, POSITIONS, **entry)
+    ref = pn.apply_rope(q, _positions(entry), **entry)
     if perm is not None:
         ref = ref[..., perm]
     err = np.abs(out_q.double().numpy() - ref).max()
