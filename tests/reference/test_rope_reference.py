@@ -175,7 +175,9 @@ def test_keras_hub_yarn_differs_from_hf_only_where_documented():
 def test_every_registered_type_is_exercised():
     tested = {params.get("rope_type", params.get("type")) for _, params, _, _ in HF_CASES}
     # proportional is compared with HF in tests/reference/test_schedule_reference.py (its rotary_dim is head_dim)
-    assert tested | {"ntk", "keras-hub-dynamic", "keras-hub-yarn", "proportional"} == set(SCALING_TYPES)
+    # the runtime variants (vllm-*, mlx-*, llamacpp-*) are checked in tests/reference/test_spec_readers.py
+    runtime_variants = {"vllm-ntk", "vllm-longrope", "mlx-longrope", "mlx-yarn", "llamacpp-freq-factors"}
+    assert tested | {"ntk", "keras-hub-dynamic", "keras-hub-yarn", "proportional"} | runtime_variants == set(SCALING_TYPES)
 
 
 # --- weight permutation between layouts ------------------------------------------------------------
