@@ -366,3 +366,27 @@ def test_gguf_failures_exit_2(tmp_path, capsys):
         assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (argv, err)
     assert sorted(os.listdir(tmp_path)) == before
     assert good.read_bytes() == data
+
+
+def test_quantized_gguf_reads_dequantized(tmp_path):
+    """Q8_0 / Q4_0 tensors come out as gguf.quants.dequantize gives them, float32; F16 stays F16."""
+    rng = np.random.default_rng(3)
+    weights = rng.standard_normal((4, 64)).astype(np.float32)
+    writer = gguf.GGUFWriter(str(tmp_path / "q.gguf"), "llama")
+    quantized = {}
+    for kind in ("Q8_0", "Q4_0"):
+        qtype = getattr(gguf.GGMLQuantizationType, kind)
+        quantized[kind] = (gguf.quants.quantize(weights, qtype), qtype)
+        writer.add_tensor(f"{kind}.weight", quantized[kind][0], raw_dtype=qtype)
+    writer.add_tensor("half.weight", weights.astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert run("port", tmp_path / "q.gguf", tmp_path / "out.safetensors") == 0
+    out = open_reader(tmp_path / "out.safetensors")
+    for kind, (data, qtype) in quantized.items():
+        assert out.dtype(f"{kind}.weight") == "float32"
+        np.testing.assert_array_equal(out.get(f"{kind}.weight"), gguf.quants.dequantize(data, qtype))
+    assert out.dtype("half.weight") == "float16"
+    np.testing.assert_array_equal(out.get("half.weight"), weights.astype(np.float16))
