@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc_np._dtypes import dtype_name
-from posenc_np._validate import check_integer_positions, check_position_pair
+from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer
 
 __all__ = ["resolve_dtype", "as_tensor", "is_tracing", "spec_value", "spec_constant", "position_pair"]
 
@@ -45,8 +45,7 @@ def is_tracing(x=None) -> bool:
     return isinstance(jnp.zeros(()), jax.core.Tracer)
 
 
-is_traced = is_tracing  # the former name; new code uses is_tracing (same name in every backend)
-
+TRACE = "under jit"  # where values cannot be read, in the messages of `_validate.check_traced_integer`
 
 _VALUES: dict = {}
 
@@ -86,13 +85,11 @@ def position_pair(q_positions, k_positions, *, integer: bool):
     pair = []
     for name, x in (("q_positions", q_positions), ("k_positions", k_positions)):
         x = as_tensor(x)
-        if x.ndim < 1:
-            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
-        if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.complexfloating):
-            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+        check_position_axes(name, x.ndim, x.dtype,
+                            is_real=not (x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.complexfloating)))
         if integer and jnp.issubdtype(x.dtype, jnp.floating):
             if is_tracing(x):
-                raise TypeError(f"{name} must be an integer array under jit, got {x.dtype}")
+                check_traced_integer(name, x.dtype, is_floating=True, where=TRACE)
             x = jnp.asarray(check_integer_positions(name, np.asarray(x, dtype=np.float64)).astype(np.int32))
         pair.append(x)
     check_position_pair(pair[0].shape, pair[1].shape)

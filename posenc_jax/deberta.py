@@ -5,10 +5,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_np._validate import check_integer_positions
+from posenc_np._validate import check_integer_positions, check_traced_integer
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
-from ._common import is_tracing, position_pair
+from ._common import TRACE, is_tracing, position_pair
 
 __all__ = ["make_log_bucket_position", "build_relative_position"]
 
@@ -31,7 +31,7 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
     relative = jnp.asarray(relative_pos)
     if jnp.issubdtype(relative.dtype, jnp.floating):
         if is_tracing(relative):
-            raise TypeError(f"relative_pos must be an integer array under jit, got {relative.dtype}")
+            check_traced_integer("relative_pos", relative.dtype, is_floating=True, where=TRACE)
         relative = jnp.asarray(check_integer_positions("relative_pos", np.asarray(relative, np.float64)))
     return _log_bucket(relative, bucket_size, max_position).astype(jnp.int32)
 

@@ -7,11 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np._validate import (check_integer_positions, check_positions_in_table, check_positive_int, check_table,
+                                  check_traced_integer)
 from posenc_np._modules import LearnedConfig
 from posenc_np.learned import resize_weights
 
-from ._common import is_tracing, spec_constant
+from ._common import TRACE, is_tracing, spec_constant
 
 __all__ = ["learned", "resize_table", "LearnedEncoding"]
 
@@ -26,8 +27,8 @@ def learned(table, positions):
     check_table("table", table.shape)
     rows = table.shape[0]
     if is_tracing(positions):
-        if jnp.issubdtype(positions.dtype, jnp.floating):
-            raise TypeError(f"positions must be an integer array under jit, got {positions.dtype}")
+        check_traced_integer("positions", positions.dtype, is_floating=jnp.issubdtype(positions.dtype, jnp.floating),
+                             where=TRACE)
         inside = (positions >= 0) & (positions < rows)
         gathered = jnp.take(table, jnp.clip(positions, 0, rows - 1), axis=0)
         return jnp.where(inside[..., None], gathered, jnp.asarray(jnp.nan, table.dtype))

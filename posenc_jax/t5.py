@@ -10,10 +10,10 @@ import numpy as np
 from flax import nnx
 
 from posenc_np._modules import T5BiasConfig
-from posenc_np._validate import check_integer_positions, check_table
+from posenc_np._validate import check_integer_positions, check_table, check_traced_integer
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import is_tracing, position_pair, spec_constant
+from ._common import TRACE, is_tracing, position_pair, spec_constant
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
@@ -43,7 +43,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     relative = relative_position if is_tracing(relative_position) else jnp.asarray(relative_position)
     if jnp.issubdtype(relative.dtype, jnp.floating):
         if is_tracing(relative):
-            raise TypeError(f"relative_position must be an integer array under jit, got {relative.dtype}")
+            check_traced_integer("relative_position", relative.dtype, is_floating=True, where=TRACE)
         relative = jnp.asarray(check_integer_positions("relative_position", np.asarray(relative, np.float64)),
                                dtype=jnp.int32)
     return _buckets(relative, bidirectional, num_buckets, max_distance)

@@ -22,6 +22,8 @@ __all__ = [
     "check_positions_in_table",
     "check_table",
     "check_real_positions",
+    "check_position_axes",
+    "check_traced_integer",
     "check_position_pair",
     "check_integer_dtype",
     "check_rope_input",
@@ -95,11 +97,26 @@ def check_table(name: str, shape, *, rows: int | None = None, cols: int | None =
 def check_real_positions(name: str, positions) -> np.ndarray:
     """ALiBi positions may be integers or floats (interpolated positions), never bool or complex."""
     positions = np.asarray(positions)
-    if positions.dtype.kind not in "iuf" and positions.dtype.name != "bfloat16":
-        raise TypeError(f"{name} must be a real (integer or float) array, got dtype {positions.dtype}")
-    if positions.ndim < 1:
-        raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
+    check_position_axes(name, positions.ndim, positions.dtype,
+                        is_real=positions.dtype.kind in "iuf" or positions.dtype.name == "bfloat16")
     return positions
+
+
+def check_position_axes(name: str, ndim, dtype, *, is_real: bool) -> None:
+    """Positions `[..., seq]` of any array library: a real dtype (`is_real`: not bool, not complex, as
+    the caller's library tells) and at least one axis (`ndim=None`: a rank not known yet passes)."""
+    if not is_real:
+        raise TypeError(f"{name} must be a real (integer or float) array, got dtype {dtype}")
+    if ndim is not None and ndim < 1:
+        raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
+
+
+def check_traced_integer(name: str, dtype, *, is_floating: bool, where: str) -> None:
+    """Positions that index something, met inside a trace (`where`: "under torch.compile", "inside
+    tf.function", "under jit"): their values cannot be read there, so a floating dtype is a TypeError
+    (eagerly, `check_integer_positions` accepts floats holding integers)."""
+    if is_floating:
+        raise TypeError(f"{name} must be an integer array {where} (values cannot be checked there), got dtype {dtype}")
 
 
 def check_position_pair(q_shape, k_shape) -> tuple:

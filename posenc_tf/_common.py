@@ -21,7 +21,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from posenc_np._dtypes import dtype_name  # noqa: E402
-from posenc_np._validate import check_integer_positions, check_position_pair  # noqa: E402
+from posenc_np._validate import (check_integer_positions, check_position_axes, check_position_pair,  # noqa: E402
+                                 check_traced_integer)
 
 if keras.backend.backend() != "tensorflow":  # the layers call TensorFlow ops directly
     raise ImportError(f"posenc_tf needs KERAS_BACKEND=tensorflow, keras is using {keras.backend.backend()!r}")
@@ -54,8 +55,7 @@ def register_serializable(cls):
     return keras.saving.register_keras_serializable(package="posenc")(cls)
 
 
-is_symbolic = is_tracing  # the former name; new code uses is_tracing (same name in every backend)
-
+TRACE = "inside tf.function"  # where values cannot be read, in the messages of `_validate.check_traced_integer`
 
 _VALUES: dict = {}
 
@@ -96,13 +96,10 @@ def position_pair(q_positions, k_positions, *, integer: bool):
     pair = []
     for name, x in (("q_positions", q_positions), ("k_positions", k_positions)):
         x = as_tensor(x)
-        if x.shape.rank is not None and x.shape.rank < 1:
-            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
-        if x.dtype == tf.bool or x.dtype.is_complex:
-            raise TypeError(f"{name} must be a real array, got dtype {x.dtype.name}")
+        check_position_axes(name, x.shape.rank, x.dtype.name, is_real=not (x.dtype == tf.bool or x.dtype.is_complex))
         if x.dtype.is_floating and integer:
             if is_tracing(x):
-                raise TypeError(f"{name} must be an integer tensor inside tf.function, got {x.dtype.name}")
+                check_traced_integer(name, x.dtype.name, is_floating=True, where=TRACE)
             x = tf.constant(check_integer_positions(name, tf.cast(x, tf.float64).numpy()))
         if x.dtype.is_integer:
             x = tf.cast(x, tf.int64)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from posenc_np._validate import check_integer_positions
+from posenc_np._validate import check_integer_positions, check_traced_integer
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
-from ._common import as_tensor, is_tracing, position_pair
+from ._common import TRACE, as_tensor, is_tracing, position_pair
 
 __all__ = ["make_log_bucket_position", "build_relative_position"]
 
@@ -29,7 +29,7 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
     relative = as_tensor(relative_pos)
     if relative.dtype.is_floating:
         if is_tracing(relative):
-            raise TypeError(f"relative_pos must be an integer tensor inside tf.function, got {relative.dtype.name}")
+            check_traced_integer("relative_pos", relative.dtype.name, is_floating=True, where=TRACE)
         relative = tf.constant(check_integer_positions("relative_pos", tf.cast(relative, tf.float64).numpy()))
     return tf.cast(_log_bucket(tf.cast(relative, tf.int64), bucket_size, max_position), tf.int32)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np._validate import (check_integer_positions, check_positions_in_table, check_positive_int, check_table,
+                                  check_traced_integer)
 from posenc_np._modules import LearnedConfig
 from posenc_np.learned import resize_weights
 
-from ._common import as_tensor, is_tracing, register_serializable, spec_constant
+from ._common import TRACE, as_tensor, is_tracing, register_serializable, spec_constant
 
 __all__ = ["learned", "resize_table", "LearnedEncoding"]
 
@@ -25,8 +26,7 @@ def learned(table, positions):
     rows = table.shape[0]
     positions = as_tensor(positions)
     if is_tracing(positions):
-        if positions.dtype.is_floating:
-            raise TypeError(f"positions must be an integer tensor inside tf.function, got {positions.dtype.name}")
+        check_traced_integer("positions", positions.dtype.name, is_floating=positions.dtype.is_floating, where=TRACE)
         positions = tf.cast(positions, tf.int32)
         inside = (positions >= 0) & (positions < rows)
         gathered = tf.gather(table, tf.clip_by_value(positions, 0, rows - 1))

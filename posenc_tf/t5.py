@@ -6,10 +6,11 @@ import keras
 import tensorflow as tf
 
 from posenc_np._modules import T5BiasConfig
-from posenc_np._validate import check_integer_positions, check_table
+from posenc_np._validate import check_integer_positions, check_table, check_traced_integer
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import as_tensor, bias_output_shape, is_tracing, position_pair, register_serializable, spec_constant
+from ._common import (TRACE, as_tensor, bias_output_shape, is_tracing, position_pair, register_serializable,
+                      spec_constant)
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
@@ -40,8 +41,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     relative = as_tensor(relative_position)
     if relative.dtype.is_floating:
         if is_tracing(relative):
-            raise TypeError(f"relative_position must be an integer tensor inside tf.function, "
-                            f"got {relative.dtype.name}")
+            check_traced_integer("relative_position", relative.dtype.name, is_floating=True, where=TRACE)
         relative = tf.constant(check_integer_positions("relative_position", tf.cast(relative, tf.float64).numpy()))
     return _buckets(tf.cast(relative, tf.int64), bidirectional, num_buckets, max_distance)
 

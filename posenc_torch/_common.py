@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from posenc_np._dtypes import dtype_name
-from posenc_np._validate import check_integer_positions, check_position_pair
+from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer
 
 __all__ = ["resolve_dtype", "as_tensor", "is_tracing", "spec_value", "spec_constant", "position_pair"]
 
@@ -47,6 +47,8 @@ def is_tracing(x=None) -> bool:
         return True
     return x is not None and isinstance(x, torch.Tensor) and not _is_concrete(x)
 
+
+TRACE = "under torch.compile"  # where values cannot be read, in the messages of `_validate.check_traced_integer`
 
 _VALUES: dict = {}
 
@@ -118,13 +120,10 @@ def position_pair(q_positions, k_positions, *, integer: bool):
     q = as_tensor(q_positions)
     k = as_tensor(k_positions, device=q.device)
     for name, x in (("q_positions", q), ("k_positions", k)):
-        if x.ndim < 1:
-            raise ValueError(f"{name} must have at least one axis [..., seq], got a scalar")
-        if x.dtype == torch.bool or x.is_complex():
-            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+        check_position_axes(name, x.ndim, x.dtype, is_real=not (x.dtype == torch.bool or x.is_complex()))
         if integer and x.is_floating_point():
             if is_tracing(x):
-                raise TypeError(f"{name} must be an integer tensor under torch.compile, got {x.dtype}")
+                check_traced_integer(name, x.dtype, is_floating=True, where=TRACE)
             check_integer_positions(name, x.detach().cpu().double().numpy())
     check_position_pair(q.shape, k.shape)
     if integer:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_integer_positions
+from posenc_np._validate import check_integer_positions, check_traced_integer
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
-from ._common import as_tensor, is_tracing, position_pair
+from ._common import TRACE, as_tensor, is_tracing, position_pair
 
 __all__ = ["make_log_bucket_position", "build_relative_position"]
 
@@ -29,7 +29,7 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
     relative = as_tensor(relative_pos)
     if relative.is_floating_point():
         if is_tracing(relative):
-            raise TypeError(f"relative_pos must be an integer tensor under torch.compile, got {relative.dtype}")
+            check_traced_integer("relative_pos", relative.dtype, is_floating=True, where=TRACE)
         check_integer_positions("relative_pos", relative.detach().cpu().double().numpy())
     return _log_bucket(relative.long(), bucket_size, max_position).int()
 

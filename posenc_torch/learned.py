@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from posenc_np._validate import check_integer_positions, check_positions_in_table, check_positive_int, check_table
+from posenc_np._validate import (check_integer_positions, check_positions_in_table, check_positive_int, check_table,
+                                  check_traced_integer)
 from posenc_np._modules import LearnedConfig
 from posenc_np.learned import resize_weights
 
-from ._common import as_tensor, is_tracing, spec_constant
+from ._common import TRACE, as_tensor, is_tracing, spec_constant
 
 __all__ = ["learned", "resize_table", "LearnedEncoding"]
 
@@ -25,8 +26,7 @@ def learned(table, positions):
     positions = as_tensor(positions, device=table.device)
     rows = table.shape[0]
     if is_tracing(positions):
-        if positions.is_floating_point():
-            raise TypeError(f"positions must be an integer tensor under torch.compile, got {positions.dtype}")
+        check_traced_integer("positions", positions.dtype, is_floating=positions.is_floating_point(), where=TRACE)
         inside = (positions >= 0) & (positions < rows)
         gathered = table[positions.clamp(0, rows - 1)]
         return torch.where(inside[..., None], gathered, torch.full_like(gathered, float("nan")))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from posenc_np._modules import T5BiasConfig
-from posenc_np._validate import check_integer_positions, check_table
+from posenc_np._validate import check_integer_positions, check_table, check_traced_integer
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import as_tensor, is_tracing, position_pair, spec_constant
+from ._common import TRACE, as_tensor, is_tracing, position_pair, spec_constant
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
@@ -41,7 +41,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     relative = as_tensor(relative_position)
     if relative.is_floating_point():
         if is_tracing(relative):
-            raise TypeError(f"relative_position must be an integer tensor under torch.compile, got {relative.dtype}")
+            check_traced_integer("relative_position", relative.dtype, is_floating=True, where=TRACE)
         check_integer_positions("relative_position", relative.detach().cpu().double().numpy())
     return _buckets(relative.long(), bidirectional, num_buckets, max_distance)
 
