@@ -79,9 +79,10 @@ CONFIGS = {
     "mla-mscale-split": {"model_type": "deepseek_v2", "num_hidden_layers": 1, "hidden_size": 64,
                          "num_attention_heads": 4, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
                          "rope_interleave": False, "max_position_embeddings": 16384,
-                         "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096,
-                                             "mscale": 0.707, "mscale_all_dim": 1.0, "beta_fast": 32.0,
-                                             "beta_slow": 1.0, "rope_theta": 10000.0}},
+                         "rope_parameters": {"rope_type": "yarn", "factor": 4.0,
+                                             "original_max_position_embeddings": 4096, "mscale": 0.707,
+                                             "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                             "rope_theta": 10000.0}},
 }
 NOPE_DIM, ROPE_DIM, HEADS = 8, 8, 4
 
@@ -92,7 +93,8 @@ def _max_angle(entries, positions):
     for e in entries:
         if e is not None:
             plan = rope_plan(e["rotary_dim"], base=e["base"], scaling=e["scaling"], layout=e["layout"])
-            angles.append(float(np.abs(positions).max() * plan.turns_at(int(np.max(positions)) + 1).max() * 2 * math.pi))
+            turns = plan.turns_at(int(np.max(positions)) + 1).max()
+            angles.append(float(np.abs(positions).max() * turns * 2 * math.pi))
     return max(angles)
 
 
