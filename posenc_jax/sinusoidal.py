@@ -52,7 +52,7 @@ class SinusoidalEncoding(nnx.Module):
                               denominator=self.denominator, dtype=self.dtype)
         cache = self.cache[...]
         rows = cache.shape[0]
-        if rows == 0:
+        if rows == 0 or not jnp.issubdtype(positions.dtype, jnp.integer):  # the cache holds integer rows
             return computed
         if not is_tracing(positions) and positions.size and int(positions.max()) >= rows:
             return computed

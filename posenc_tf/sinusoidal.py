@@ -57,7 +57,7 @@ class SinusoidalEncoding(keras.layers.Layer):
         computed = sinusoidal(positions, self.dim, base=self.base, layout=self.layout,
                               denominator=self.denominator, dtype=self.compute_dtype)
         rows = self._cache.shape[0]
-        if rows == 0:
+        if rows == 0 or positions.dtype.is_floating:  # the cache holds integer rows; fractional positions
             return computed
         if not is_tracing(positions) and int(tf.size(positions)) and int(tf.reduce_max(positions)) >= rows:
             return computed

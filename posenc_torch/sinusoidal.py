@@ -51,7 +51,7 @@ class SinusoidalEncoding(torch.nn.Module):
         positions = as_tensor(positions, device=self.cache.device)
         out_dtype = self.cache.dtype
         rows = self.cache.shape[0]
-        if rows == 0:
+        if rows == 0 or positions.is_floating_point():  # the cache holds integer rows; fractional positions
             return sinusoidal(positions, self.dim, base=self.base, layout=self.layout,
                               denominator=self.denominator, dtype=out_dtype)
         if not is_tracing(positions) and positions.numel():
