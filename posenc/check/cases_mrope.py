@@ -16,7 +16,6 @@ seq_len). tests/backends/test_mrope_backends.py checks that new positions never 
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -24,7 +23,7 @@ from posenc_np._dtypes import numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_position_ids
 from posenc_np.rope import resolve_rotary_dim, rope_plan
-from posenc_np.testing import tolerance
+from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 from .registry import Case, register
 
 __all__ = ["MROPE_CONVENTIONS", "mixed_prompt_positions", "patch_grid_positions"]
@@ -85,14 +84,13 @@ def mrope_case(tag, case_set, params, *, head_dim, modes=("eager",)):
                      mrope_frequencies=params.get("mrope_frequencies", "shared"))
     positions = _positions(case_set, plan.num_axes)
     shape = _x_shape(positions, head_dim)
-    max_angle = float(np.abs(positions).max() * plan.turns_at(int(positions.max()) + 1).max() * 2 * math.pi)
 
     def make(rng, dtype):
         x = rng.standard_normal(shape).astype(numpy_dtype(dtype))
         return (x, positions.astype(np.int64)), dict(params)
 
     def tol(desired, dtype, args):
-        return tolerance(dtype, max_angle=max_angle, scale=float(np.abs(desired.astype(np.float64)).max()))
+        return tolerance(dtype, angle_error=ROPE_ANGLE_GOAL, scale=float(np.abs(desired.astype(np.float64)).max()))
 
     axes = "x".join(str(s) for s in plan.mrope_section)
     return register(Case("apply_rope", tag, case_set, make, tol, modes=modes,

@@ -11,14 +11,13 @@ static scalings are constants.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from posenc_np._dtypes import numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.rope import resolve_rotary_dim, rope_plan
-from posenc_np.testing import tolerance
+from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 from .registry import Case, register
 
 HEAD_DIM = 16
@@ -82,14 +81,13 @@ def _rope_case(tag, case, params, *, head_dim=HEAD_DIM, modes=("eager", "jit")):
     rotary_dim = resolve_rotary_dim(head_dim, params.get("rotary_dim"), params.get("rotary_pct"))
     plan = rope_plan(rotary_dim, base=params.get("base", 10000.0), scaling=params.get("scaling"),
                      layout=params.get("layout", "half"))
-    max_angle = float(np.abs(positions).max() * plan.turns_at(int(positions.max()) + 1).max() * 2 * math.pi)
 
     def make(rng, dtype):
         x = rng.standard_normal(shape).astype(numpy_dtype(dtype))
         return (x, positions.astype(np.int64)), dict(params)
 
     def tol(desired, dtype, args):
-        return tolerance(dtype, max_angle=max_angle, scale=float(np.abs(desired.astype(np.float64)).max()))
+        return tolerance(dtype, angle_error=ROPE_ANGLE_GOAL, scale=float(np.abs(desired.astype(np.float64)).max()))
 
     register(Case("apply_rope", tag, case, make, tol, modes=modes,
                   description=f"{params.get('layout', 'half')}, {plan.kind} scaling: {DESCRIPTIONS[case]}"))

@@ -34,7 +34,7 @@ from posenc_np._dtypes import numpy_dtype
 from posenc_np.mla import mla_softmax_scale
 from posenc_np.rope import rope_plan
 from posenc_np.schedule import rope_schedule_from_hf_config
-from posenc_np.testing import tolerance
+from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 from .registry import Case, register
 
 __all__ = ["CONFIGS", "POSITIONS"]
@@ -99,8 +99,10 @@ def _max_angle(entries, positions):
 
 
 def _rope_tol(max_angle):
+    # every rotary path reduces its angles in float64 (double-float32 in JAX): held to the RoPE angle goal,
+    # so a layer rotated with the wrong base or a NoPE layer rotated stands out at any position
     def tol(desired, dtype, args):
-        return tolerance(dtype, max_angle=max_angle, scale=float(np.abs(desired).max()))
+        return tolerance(dtype, angle_error=ROPE_ANGLE_GOAL, scale=float(np.abs(desired).max()))
     return tol
 
 

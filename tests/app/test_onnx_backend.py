@@ -120,3 +120,16 @@ def test_float32_caches_fail_the_cache_precision_bound(monkeypatch):
     assert rope_angle_error(*good32, rows, 128, base=500000.0) < 1e-6
     bad = _float32_caches(None, 128, base=500000.0, cache_positions=rows)
     assert rope_angle_error(*bad, rows, 128, base=500000.0) > 1e-2
+
+
+def test_float32_caches_turn_the_check_red(monkeypatch, capsys):
+    """RoPE cases hold every path to the 1e-6 rad angle goal (posenc_np.testing.ROPE_ANGLE_GOAL), so caches
+    built from float32 p * inv_freq fail `posenc check` itself, not only the exporter's own bound."""
+    monkeypatch.setattr(G, "rope_caches", lambda max_len, rotary_dim, *, base=10000.0, scaling=None,
+                        cache_positions=None: _float32_caches(max_len, rotary_dim, base=base, scaling=scaling,
+                                                              cache_positions=cache_positions))
+    code = main(["check", "--encoding", "hf-llama", "--backend", "onnx", "--dtype", "float32", "--quiet",
+                 "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "hf-llama" in out.split("PASSED")[0]
