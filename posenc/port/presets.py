@@ -11,6 +11,8 @@
   `model.load_weights(TARGET)` loads it.
 * `hf-{llama,mistral,qwen2,gemma,phi3,gpt-neox}-to-gguf`, `gguf-to-hf-{llama,qwen2,gemma,phi3,gpt-neox}`,
   `hf-llama-to-flax`: `families.py`.
+* `hf-llama-to-keras`, `keras-to-hf-llama`: HF `LlamaForCausalLM` <-> keras-hub `LlamaBackbone` `.weights.h5`:
+  `keras_llama.py`.
 * `t5x-to-hf-t5`: t5x parameter names (`[target/]encoder/layers_0/attention/query/kernel`, ...) -> HF
   `T5ForConditionalGeneration`; kernels transposed; relative bias tables `[heads, buckets]` ->
   `[buckets, heads]`, checked as encoder (bidirectional) and decoder (causal) T5 biases.
@@ -389,3 +391,7 @@ PRESETS.update(FAMILY_PRESETS)
 from .schedule import SCHEDULE_PRESETS  # noqa: E402 - per-layer / MLA presets (issue 13)
 
 PRESETS.update(SCHEDULE_PRESETS)
+
+from .keras_llama import KERAS_PRESETS  # noqa: E402 - HF Llama <-> keras-hub LlamaBackbone
+
+PRESETS.update(KERAS_PRESETS)
