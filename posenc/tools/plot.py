@@ -559,7 +559,8 @@ def figure_research(*, encoding="kerple-log", heads=8, length=64, dim=64, weight
     lines.legend(fontsize="x-small", ncol=2)
     title = "bucket[query, key]" if encoding == "deberta" else "head 0: bias[query, key] (future masked)"
     _heatmap(figure, figure.add_subplot(1, 2, 2), shown[0], title=title, xlabel="key position",
-             ylabel="query position", cmap="viridis", symmetric=False, label="bucket" if encoding == "deberta" else "bias")
+             ylabel="query position", cmap="viridis", symmetric=False,
+             label="bucket" if encoding == "deberta" else "bias")
     heads_text = "" if encoding == "deberta" else f", {data.shape[0]} heads"
     suptitle(figure, f"{encoding}{heads_text} ({detail}) [{backend}]")
     return figure
