@@ -237,8 +237,8 @@ def keras_to_hf_llama(reader, options):
     else:
         raise UsageError(f"{what}: the keras-hub config has no max_sequence_length and no llama3 scaling; HF's "
                          "max_position_embeddings cannot be derived (add max_sequence_length to config.json)")
-    hf_config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": int(cfg["vocabulary_size"]),
-                 "hidden_size": hidden, "intermediate_size": int(cfg["intermediate_dim"]),
+    hf_config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                 "vocab_size": int(cfg["vocabulary_size"]), "hidden_size": hidden, "intermediate_size": int(cfg["intermediate_dim"]),
                  "num_hidden_layers": int(cfg["num_layers"]), "num_attention_heads": heads,
                  "num_key_value_heads": kv, "head_dim": head_dim, "hidden_act": "silu",
                  "rms_norm_eps": float(cfg.get("layer_norm_epsilon", 1e-6)), "max_position_embeddings": context,
