@@ -360,6 +360,11 @@ class JaxAdapter(Adapter):
         import jax.numpy as jnp
 
         if array.dtype.kind in "iu":
+            info = np.iinfo(np.int32)
+            if array.size and (array.min() < info.min or array.max() > info.max):
+                # astype would wrap (2**31 + 7 -> -2147483641) and the backend would compute silently wrong
+                raise ValueError(f"integer array with values in [{array.min()}, {array.max()}] does not fit int32, "
+                                 f"the integer dtype the JAX backend is given (JAX without jax_enable_x64)")
             return jnp.asarray(array.astype(np.int32))  # JAX's default integer without x64
         return jnp.asarray(array)
 

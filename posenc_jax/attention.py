@@ -39,7 +39,8 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
         logits = jnp.where(_mask(q, k), logits, -jnp.inf)
     weights = jax.nn.softmax(logits, axis=-1)
     out = jnp.einsum("...qk,...kd->...qd", weights, v.astype(compute))
-    return out.astype(q.dtype), weights.astype(q.dtype)
+    out_dtype = q.dtype if jnp.issubdtype(q.dtype, jnp.floating) else compute  # integer inputs: float32
+    return out.astype(out_dtype), weights.astype(out_dtype)
 
 
 def dot_product_attention(q, k, v, *, bias=None, causal=False, scale=None):

@@ -28,6 +28,8 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=N
     """
     num_heads = check_alibi_args(num_heads, form)
     q, k = position_pair(q_positions, k_positions, integer=False)
+    if q.dtype != k.dtype:  # integer and float positions (both allowed): TF does not promote, subtract in float64
+        q, k = tf.cast(q, tf.float64), tf.cast(k, tf.float64)
     slopes = spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads))[:, None, None]
     i = q[..., None, :, None]
     j = k[..., None, None, :]

@@ -39,7 +39,8 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
         logits = tf.where(_mask(q, k), logits, tf.constant(float("-inf"), compute))
     weights = tf.nn.softmax(logits, axis=-1)
     out = tf.einsum("...qk,...kd->...qd", weights, tf.cast(v, compute))
-    return tf.cast(out, q.dtype), tf.cast(weights, q.dtype)
+    out_dtype = q.dtype if q.dtype.is_floating else compute  # integer inputs: float32, never rounded to ints
+    return tf.cast(out, out_dtype), tf.cast(weights, out_dtype)
 
 
 def keras_attention(q, k, v, *, bias=None, causal=False, scale=None):

@@ -49,7 +49,8 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
         logits = logits.masked_fill(~_mask(q, k), float("-inf"))
     weights = torch.softmax(logits, dim=-1)
     out = torch.einsum("...qk,...kd->...qd", weights, v.to(compute))
-    return out.to(q.dtype), weights.to(q.dtype)
+    out_dtype = q.dtype if q.is_floating_point() else compute  # integer inputs: float32, never rounded to ints
+    return out.to(out_dtype), weights.to(out_dtype)
 
 
 def sdpa_attention(q, k, v, *, bias=None, causal=False, scale=None):

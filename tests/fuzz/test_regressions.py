@@ -28,3 +28,34 @@ def test_sinusoidal_module_cache_does_not_truncate_fractional_positions(backend)
     positions = np.array([3.5, 1.0, 13.5])
     out = backend.to_numpy(_make(backend, backend.module.SinusoidalEncoding, (4,), {"max_len": 8})(backend.from_numpy(positions)))
     assert_close(out, pn.sinusoidal(positions, 4), tolerance("float32", max_angle=13.5))
+
+
+def test_alibi_bias_takes_integer_q_and_float_k_positions(backend):
+    """TF raised InvalidArgumentError (int64 - double) for integer q and float k positions, which ALiBi
+    accepts (interpolated positions); now both are subtracted as floats, as in the spec."""
+    backend = _framework(backend)
+    q, k = np.arange(3), np.array([0.0, 1.5, 2.0])
+    out = backend.to_numpy(backend.module.alibi_bias(2, backend.from_numpy(q), backend.from_numpy(k)))
+    assert_close(out, pn.alibi_bias(2, q, k), tolerance("float32", scale=1.0))
+
+
+def test_attention_with_integer_inputs_returns_float(backend):
+    """Integer q, k, v: the spec returns float64; every backend rounded its float32 result back to q's integer
+    dtype (error 0.93 in the weights). A backend now returns float32."""
+    backend = _framework(backend)
+    q = np.arange(8, dtype=np.int32).reshape(1, 2, 4)
+    out, weights = (backend.to_numpy(t) for t in backend.module.attention(*(backend.from_numpy(q),) * 3))
+    desired_out, desired_weights = pn.attention(q, q, q)
+    assert out.dtype == weights.dtype == np.float32
+    assert_close(weights, desired_weights, tolerance("float32", max_angle=2 * 140 / 2))
+    assert_close(out, desired_out, tolerance("float32", max_angle=2 * 140 / 2, scale=7.0))
+
+
+def test_jax_adapter_refuses_integers_beyond_int32():
+    """posenc.adapters' JAX conversion cast int64 to int32 with astype: position 2**31 + 7 became
+    -2147483641 and llama4_attn_scale returned NaN (the spec: 2.25). It now raises, naming the range."""
+    from posenc.adapters import adapter
+
+    with pytest.raises(ValueError, match="does not fit int32"):
+        adapter("jax").from_numpy(np.array([2**31 + 7, 3]))
+    assert adapter("jax").from_numpy(np.array([2**31 - 1])).dtype.name == "int32"
