@@ -15,6 +15,9 @@ by the float64 spec per (parameters, device) and gathered by position, when ever
 backend, never grown by a call). Eager rotation writes into one preallocated output with fused `mul` /
 `addcmul` on the half-size tables (no `rotate_half`, no `cat`); compiled, Inductor fuses the
 functional form into one kernel. `apply_rope(..., out=t)` writes into `t` (in place when `out is x`).
+Eager calls whose parameters, shapes, dtypes and devices were seen before skip the checks and reuse
+the plan; consecutive calls with the same positions tensor (q, then k) share its cos/sin; small
+inputs (decode) rotate in one pass with few ops (see `_EAGER`).
 """
 
 from __future__ import annotations
@@ -281,6 +284,139 @@ def _rotate_functional(x, cos, sin, rotary_dim, layout):
     return torch.cat([out, x[..., rotary_dim:]], dim=-1)
 
 
+# Eager fast path (docs/performance.md, "Decode"). Everything an eager `apply_rope` checks and plans
+# depends only on its parameters and the shapes, dtypes and devices of x and positions, so it runs once
+# per such key; `_EAGER` keeps the outcome (Python values and concrete spec tensors), stored only after
+# every check passed and never under torch.compile, torch.export or torch.jit.trace. A later call with
+# the key reads the positions' values and rotates. The cos/sin of one positions tensor are kept for the
+# next call (q then k with the same positions), recognised by identity and the version counter that
+# every in-place write bumps; the entry holds the tensor, so its identity cannot pass to another.
+_EAGER: dict = {}
+_EAGER_KEYS = 256  # distinct keys kept (eager serving sees a few shapes); cleared when full
+_LAST: list = [None]  # [(positions, version, source, _CosSin)]
+_LAST_PAIRS = 1 << 20  # cos/sin values up to which the last positions' cos/sin are kept
+_SMALL = 1 << 16  # elements of x up to which one flip-based pass beats the chunked halves (few ops)
+_HOST_PAIRS = 1 << 14  # position x pair values that the CPU makes with NumPy (a torch op costs ~10x a NumPy one here)
+_SOURCES: dict = {}  # interned (rotary_dim, base, scaling, mrope, device): what half cos/sin depend on
+
+
+class _Prepared:
+    """An eager call's validated plan: `rotary_dim`, `kind`, `consts`, the table (or None) and the cos/sin
+    `source`; for static 1-D RoPE on the CPU also `host`: the table as NumPy views, the float64 turns and
+    the attention scale."""
+
+    __slots__ = ("rotary_dim", "kind", "consts", "table", "source", "host")
+
+    def __init__(self, rotary_dim, kind, consts, table, source, host):
+        self.rotary_dim, self.kind, self.consts, self.table = rotary_dim, kind, consts, table
+        self.source, self.host = source, host
+
+
+class _CosSin:
+    """Half-size cos/sin of one positions tensor and their full-width forms per layout (made on first use)."""
+
+    __slots__ = ("cos", "sin", "full")
+
+    def __init__(self, cos, sin, full=None):
+        self.cos, self.sin, self.full = cos, sin, full or {}
+
+    def expanded(self, layout):
+        """`(cos2, sin2)` of width r: `x * cos2 + swap(x) * sin2` is the rotation (sin2 carries the signs)."""
+        if layout not in self.full:
+            cos, sin = self.cos, self.sin
+            if layout == "half":
+                self.full[layout] = torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1)
+            else:
+                self.full[layout] = torch.stack([cos, cos], -1).flatten(-2), torch.stack([-sin, sin], -1).flatten(-2)
+        return self.full[layout]
+
+
+def _eager_key(x, positions, params):
+    """The `_EAGER` key of this call, or None when the call must take the general path."""
+    if (type(x) is not torch.Tensor or type(positions) is not torch.Tensor or x.is_meta
+            or torch.compiler.is_compiling() or torch._C._is_tracing()):
+        return None
+    key = (x.shape, x.dtype, x.device, positions.shape, positions.dtype, positions.device, params)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable argument: the general path validates (and reports) it
+        return None
+    return key
+
+
+def _prepare(key, rotary_dim, base, scaling, layout, mrope, kind, consts, device):
+    """Store the checked plan of `key` (called after every check of the general path passed)."""
+    table = _spec_table(rotary_dim, base, scaling, device) if kind == "static" and mrope is None else None
+    source = (rotary_dim, float(base), _freeze(scaling), mrope, device)
+    source = _SOURCES.setdefault(source, source)
+    host = None
+    if table is not None and device.type == "cpu" and key[5].type == "cpu":
+        plan = _spec_plan(rotary_dim, base, scaling, layout)
+        host = (table[0].numpy(), table[1].numpy(), np.asarray(plan.turns, dtype=np.float64),
+                float(plan.attention_scale))
+    if len(_EAGER) >= _EAGER_KEYS:
+        _EAGER.clear()
+    _EAGER[key] = prepared = _Prepared(rotary_dim, kind, consts, table, source, host)
+    return prepared
+
+
+def _eager_cos_sin(positions, prepared, layout, full):
+    """`_CosSin` of `positions` for `prepared` (with the `layout` full-width forms made when `full`): the
+    last call's when it had the same, unchanged positions tensor."""
+    last = _LAST[0]
+    keep = not (positions.is_inference() or torch.is_inference_mode_enabled())  # no version counter there
+    version = positions._version if keep else None
+    if keep and last is not None and last[0] is positions and last[1] == version and last[2] is prepared.source:
+        return last[3]
+    host = prepared.host
+    if host is not None and positions.numel() * host[2].size <= _HOST_PAIRS:
+        cos_sin = _host_cos_sin(positions.numpy(), host, layout if full else None)
+    else:
+        cos_sin = _CosSin(*_gather_or_compute(positions, prepared.table, prepared.kind, prepared.consts))
+    keep = keep and cos_sin.cos.numel() <= _LAST_PAIRS
+    _LAST[0] = (positions, version, prepared.source, cos_sin) if keep else None
+    return cos_sin
+
+
+def _host_cos_sin(p, host, layout):
+    """`_gather_or_compute` in NumPy for a few CPU positions `p`: gathered from the table's NumPy views
+    when every position lies inside it, else `_half_cos_sin`'s arithmetic (`t - round(t)` in float64, then
+    float32 cos/sin times the float32 scale); with `layout`, the full-width forms too."""
+    cos_table, sin_table, turns, scale = host
+    if p.size and p.min() >= 0 and p.max() < cos_table.shape[0]:
+        cos, sin = cos_table[p], sin_table[p]
+    else:
+        t = p.astype(np.float64)[..., None] * turns
+        angle = ((t - np.rint(t)) * (2 * math.pi)).astype(np.float32)  # rint: half to even, as torch.round
+        cos, sin = np.cos(angle) * np.float32(scale), np.sin(angle) * np.float32(scale)  # as `_half_cos_sin`
+    full = {}
+    if layout == "half":
+        full[layout] = (torch.from_numpy(np.concatenate([cos, cos], -1)),
+                        torch.from_numpy(np.concatenate([-sin, sin], -1)))
+    elif layout is not None:
+        full[layout] = (torch.from_numpy(np.stack([cos, cos], -1).reshape(*cos.shape[:-1], -1)),
+                        torch.from_numpy(np.stack([-sin, sin], -1).reshape(*sin.shape[:-1], -1)))
+    return _CosSin(torch.from_numpy(cos), torch.from_numpy(sin), full)
+
+
+def _rotate_prepared(x, positions, prepared, layout, out=None):
+    """The eager rotation of a prepared call (into `out` if given): small full-width inputs in one
+    flip-based pass (`x * cos2 + swap(x) * sin2`: three ops, the full-width tables shared by q and k),
+    others `_rotate`."""
+    small = x.numel() <= _SMALL and prepared.rotary_dim == x.shape[-1]
+    cos_sin = _eager_cos_sin(positions, prepared, layout, small)
+    if not small:
+        return _rotate(x, cos_sin.cos, cos_sin.sin, prepared.rotary_dim, layout, out)
+    cos2, sin2 = cos_sin.expanded(layout)
+    if layout == "half":
+        swapped = torch.roll(x, x.shape[-1] // 2, -1)  # [a, b] -> [b, a]: one op (a flip needs two views)
+    else:
+        swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    result = torch.mul(x, cos2).addcmul_(swapped, sin2)  # float32 (or wider) math: cos2 is float32
+    result = result if result.dtype == x.dtype else result.to(x.dtype)
+    return result if out is None else out.copy_(result)
+
+
 def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
     """`(inv_freq float32 [r/2], attention_scale float)`; see `posenc_np.rope_frequencies`.
 
@@ -327,14 +463,25 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     positions `[A, ...]`, `positions[0]` broadcasting against `x.shape[:-1]`; the angles are always
     computed (float64 reduction per axis), never gathered from the 1-D table.
     """
-    rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     positions = as_tensor(positions, device=x.device)
+    key = _eager_key(x, positions, (base, layout, rotary_dim, rotary_pct, scaling if scaling is None else
+                                         _freeze(scaling), mrope_section if mrope_section is None else
+                                         _freeze(mrope_section), mrope_interleaved, mrope_frequencies))
+    prepared = None if key is None else _EAGER.get(key)
+    if prepared is not None:  # checked before with these parameters, shapes, dtypes and devices
+        if out is not None:
+            _check_out(x, out)
+        return _rotate_prepared(x, positions, prepared, layout, out)
+    rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
     mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
     kind, consts = _plan(rotary_dim, base, scaling, layout, x.device, mrope)
     _check_shapes(x.shape, positions.shape, consts)
     if out is not None:
         _check_out(x, out)
+    if key is not None:
+        return _rotate_prepared(x, positions, _prepare(key, rotary_dim, base, scaling, layout, mrope, kind, consts,
+                                                       x.device), layout, out)
     table = _spec_table(rotary_dim, base, scaling, x.device) if kind == "static" and mrope is None else None
     cos, sin = _gather_or_compute(positions, table, kind, consts)
     return _rotate(x, cos, sin, rotary_dim, layout, out)
