@@ -31,13 +31,36 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["run_distributed", "jax_checks", "torch_checks", "JAX_DEVICES", "TORCH_WORLD", "STRATEGIES"]
+import posenc_np
+
+__all__ = ["run_distributed", "as_records", "mrope_ids", "jax_checks", "torch_checks", "RUNTIMES", "JAX_DEVICES",
+           "TORCH_WORLD", "STRATEGIES", "MROPE_CONVENTIONS"]
 
 JAX_DEVICES = 8
+#: the runtimes `run_distributed` knows, named as `posenc check --backend` names them
+RUNTIMES = ("jax", "torch")
 TORCH_WORLD = 4
 STRATEGIES = ("contiguous", "striped", "zigzag")
+#: multi-axis RoPE conventions run sharded: contiguous (Qwen2-VL) and interleaved (Qwen3-VL) sections
+MROPE_CONVENTIONS = ("qwen2-vl", "qwen3-vl")
 #: collectives that would move sequence data between devices
 DATA_COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "reduce-scatter", "all-reduce")
+
+
+def mrope_ids(seq: int) -> np.ndarray:
+    """int32 `[3, seq]` Qwen-VL position ids (temporal, height, width) of one row: 8 text tokens, a 1x8x8
+    image (16 tokens after the 2x2 merge), text to the end; `posenc_np.mrope_position_ids` (HF get_rope_index)."""
+    types = [0] * 8 + [1] * 16 + [0] * (seq - 24)
+    ids, _ = posenc_np.mrope_position_ids([types], image_grid_thw=[[1, 8, 8]])
+    return ids[:, 0].astype(np.int32)
+
+
+def _mrope_params(convention):
+    """`(apply_rope keywords, head_dim)` of a registered multi-axis convention (qwen2-vl, qwen3-vl)."""
+    from posenc_np.conventions import conventions
+
+    c = conventions[convention]
+    return dict(c.params), c.extra["head_dim"]
 
 
 def _record(name, runtime, passed, **fields):
@@ -62,7 +85,6 @@ def jax_checks(seed=0) -> list[dict]:
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     import posenc_jax as pj
-    import posenc_np
     from posenc_np.testing import tolerance
 
     try:
@@ -166,6 +188,46 @@ def jax_checks(seed=0) -> list[dict]:
                                and out.sharding.is_equivalent_to(row_spec, 3) and not any(coll["counts"].values()),
                                max_abs_err=e, spec_err=err(out, spec), tol=tol_bias, sharding=str(out.sharding.spec),
                                collectives=coll["counts"]))
+
+    # 5. multi-axis RoPE (Qwen2-VL contiguous, Qwen3-VL interleaved sections; head_dim 128), position ids
+    #    [3, seq] of a text + image row. Global view: positions sharded on their seq axis like the tokens;
+    #    the multi-axis path has no table fast path, so not even a scalar reduction crosses devices.
+    #    Per-rank view: each rank gathers its tokens' ids with the zigzag cp_positions.
+    ids = mrope_ids(seq)
+    for convention in MROPE_CONVENTIONS:
+        params, head_dim = _mrope_params(convention)
+        xm = rng.standard_normal((2, heads, seq, head_dim)).astype(np.float32)
+        whole_m = np.asarray(pj.apply_rope(xm, ids, **params))
+        tol_m = tolerance("float32", max_angle=float(seq), scale=float(np.abs(whole_m).max())).atol
+        rope_m = jax.jit(lambda a, p, params=params: pj.apply_rope(a, p, **params))
+        xs = jax.device_put(xm, seq_spec)
+        ps = jax.device_put(ids, NamedSharding(mesh, P(None, "sp")))
+        out = rope_m(xs, ps)
+        coll = _collectives(rope_m.lower(xs, ps).compile().as_text())
+        e = err(out, whole_m)
+        kept = out.sharding.is_equivalent_to(seq_spec, xm.ndim)
+        records.append(_record(f"mrope-{convention}-namedsharding-positions-sharded", "jax", e <= tol_m
+                               and kept and not any(coll["counts"].values()),
+                               max_abs_err=e, tol=tol_m, sharding=str(out.sharding.spec), collectives=coll["counts"]))
+
+        def per_rank_mrope(local, ids_all, params=params):
+            rank = jax.lax.axis_index("sp")
+            index = pj.cp_positions(seq, world_size=JAX_DEVICES, rank=rank, strategy="zigzag")
+            return pj.apply_rope(local, ids_all[:, index], **params)
+
+        fn = jax.jit(shard_map(per_rank_mrope, mesh=mesh, in_specs=(P(None, None, "sp", None), P()),
+                               out_specs=P(None, None, "sp", None)))
+        x_rank_order = np.concatenate([posenc_np.cp_shard(xm, world_size=JAX_DEVICES, rank=r, strategy="zigzag")
+                                       for r in range(JAX_DEVICES)], axis=-2)
+        xs = jax.device_put(x_rank_order, seq_spec)
+        ids_rep = jax.device_put(ids, NamedSharding(mesh, P()))
+        out = fn(xs, ids_rep)
+        coll = _collectives(fn.lower(xs, ids_rep).compile().as_text())
+        e = err(posenc_np.cp_unshard(np.split(np.asarray(out), JAX_DEVICES, axis=-2), strategy="zigzag"), whole_m)
+        kept = out.sharding.is_equivalent_to(seq_spec, xm.ndim)
+        records.append(_record(f"mrope-{convention}-shard_map-zigzag", "jax", e <= tol_m
+                               and not any(coll["counts"].values()) and kept,
+                               max_abs_err=e, tol=tol_m, collectives=coll["counts"]))
     return records
 
 
@@ -213,6 +275,21 @@ def _torch_worker(rank, world_size, init_file, out_path, seed):
         gathered = DTensor.from_local(out_local, mesh, [Shard(0)]).full_tensor()
         out = pt.cp_unshard(list(gathered.chunk(world_size, dim=0)), strategy="zigzag", axis=0, cu_seqlens=cu)
         records.append(("rope-dtensor-packed-zigzag", float((out - whole_t).abs().max()), tol, True))
+        # multi-axis RoPE: [3, seq] position ids, each rank's columns picked by its zigzag cp_positions
+        ids = torch.from_numpy(mrope_ids(seq))
+        index = pt.cp_positions(seq, world_size=world_size, rank=rank, strategy="zigzag")
+        for convention in MROPE_CONVENTIONS:
+            params, head_dim = _mrope_params(convention)
+            xm = torch.randn(2, heads, seq, head_dim, generator=gen)
+            whole_m = pt.apply_rope(xm, ids, **params)
+            tol_m = tolerance("float32", max_angle=float(seq), scale=float(whole_m.abs().max())).atol
+            x_rank_order = torch.cat([pt.cp_shard(xm, world_size=world_size, rank=r, strategy="zigzag")
+                                      for r in range(world_size)], dim=2)
+            local = distribute_tensor(x_rank_order, mesh, [Shard(2)]).to_local()
+            out_local = pt.apply_rope(local, ids[:, index.long()], **params)
+            gathered = DTensor.from_local(out_local, mesh, [Shard(2)]).full_tensor()
+            out = pt.cp_unshard(list(gathered.chunk(world_size, dim=2)), strategy="zigzag")
+            records.append((f"mrope-{convention}-dtensor-zigzag", float((out - whole_m).abs().max()), tol_m, True))
         # every rank's verdict reaches rank 0
         errors = torch.tensor([r[1] for r in records], dtype=torch.float64)
         dist.all_reduce(errors, op=dist.ReduceOp.MAX)
@@ -240,7 +317,40 @@ def torch_checks(world_size=TORCH_WORLD, seed=0) -> list[dict]:
 
 # --- driver ----------------------------------------------------------------------------------------------
 
-def run_distributed(runtimes=("jax", "torch"), *, timeout=300) -> list[dict]:
+_ENCODINGS = {"rope": "apply_rope", "mrope": "apply_rope", "alibi": "alibi_bias", "t5": "t5_bias"}
+
+
+def as_records(records) -> list:
+    """The records of `run_distributed` as the suite's `runner.Record`s, for `posenc check`'s JSON and
+    Markdown reports: family "distributed", backend = the runtime ("jax", "torch"), case = the check's
+    name, convention = the multi-axis convention of an `mrope-*` check, else its encoding's family;
+    float32, mode "jit" (JAX) or "eager" (torch). The collectives found in the HLO go into `message`."""
+    from .runner import Record
+
+    out = []
+    for r in records:
+        prefix = r["check"].split("-")[0]
+        convention = next((c for c in MROPE_CONVENTIONS if r["check"].startswith(f"mrope-{c}-")), prefix)
+        err, tol = r.get("max_abs_err"), r.get("tol")
+        notes = [r["message"]] if r.get("message") else []
+        if "collectives" in r:
+            moved = {op: n for op, n in r["collectives"].items() if n}
+            shapes = f" ({', '.join(r.get('all_reduce_shapes', []))})" if r.get("all_reduce_shapes") else ""
+            notes.append("collectives: " + (", ".join(f"{op} x{n}" for op, n in moved.items()) + shapes
+                                            if moved else "none"))
+        if r["runtime"] == "torch" and "world_size" in r:
+            notes.append(f"torch.distributed {r.get('backend', 'gloo')} x {r['world_size']}")
+        out.append(Record(encoding=_ENCODINGS.get(prefix, r["check"]), family="distributed", convention=convention,
+                          case=r["check"], backend=r["runtime"], dtype="float32",
+                          mode="jit" if r["runtime"] == "jax" else "eager", status=r["status"], max_abs_err=err,
+                          err_in_tol=None if err is None or not tol else err / tol, tol=tol,
+                          tol_why="float32 tolerance of the unsharded result (posenc_np.testing.tolerance)"
+                          if tol is not None else "", message="; ".join(notes),
+                          description="sharded result equals the unsharded one (posenc.check.distributed)"))
+    return out
+
+
+def run_distributed(runtimes=RUNTIMES, *, timeout=300) -> list[dict]:
     """Run each runtime's checks in a fresh process; a runtime that is not installed is a "skip"
     record, one that crashes an "error" record."""
     import importlib.util

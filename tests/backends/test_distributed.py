@@ -9,14 +9,20 @@ have run (a runtime that ran nothing must not pass).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from posenc.check.distributed import run_distributed
+from posenc.check.distributed import as_records, run_distributed
+from posenc.check.report import json_report, markdown_table
 
+MROPE = ("qwen2-vl", "qwen3-vl")  # contiguous and interleaved sections
 JAX_CHECKS = {"rope-namedsharding-positions-replicated", "rope-namedsharding-positions-sharded",
               "rope-shard_map-contiguous", "rope-shard_map-striped", "rope-shard_map-zigzag",
-              "rope-shard_map-packed-zigzag", "alibi-namedsharding", "t5-namedsharding"}
-TORCH_CHECKS = {"rope-dtensor-contiguous", "rope-dtensor-striped", "rope-dtensor-zigzag", "rope-dtensor-packed-zigzag"}
+              "rope-shard_map-packed-zigzag", "alibi-namedsharding", "t5-namedsharding",
+              *(f"mrope-{c}-{form}" for c in MROPE for form in ("namedsharding-positions-sharded", "shard_map-zigzag"))}
+TORCH_CHECKS = {"rope-dtensor-contiguous", "rope-dtensor-striped", "rope-dtensor-zigzag", "rope-dtensor-packed-zigzag",
+                *(f"mrope-{c}-dtensor-zigzag" for c in MROPE)}
 _RUNS: dict = {}
 
 
@@ -50,4 +56,34 @@ def test_rope_under_namedsharding_moves_no_sequence_data():
     assert all(shape.endswith("[]") for shape in sharded["all_reduce_shapes"])
     for name in ("rope-shard_map-zigzag", "rope-shard_map-packed-zigzag", "alibi-namedsharding", "t5-namedsharding"):
         assert not any(records[name]["collectives"].values()), name
+    # multi-axis RoPE computes its angles (no table fast path, so no range predicate): with position ids
+    # [3, seq] sharded on their seq axis like the tokens, nothing at all crosses devices
+    for convention in MROPE:
+        for form in ("namedsharding-positions-sharded", "shard_map-zigzag"):
+            record = records[f"mrope-{convention}-{form}"]
+            assert not any(record["collectives"].values()), record
+        assert records[f"mrope-{convention}-namedsharding-positions-sharded"]["sharding"] == "P(None, None, 'sp', None)"
     assert records["alibi-namedsharding"]["sharding"] == "P(None, 'sp')"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["jax", "torch"])
+def test_records_reach_the_check_reports(runtime):
+    """`posenc check --distributed --json/--markdown`: the same records, family "distributed"."""
+    raw = _records(runtime)
+    records = as_records(raw)
+    data = json.loads(json_report(records, argv=[], seed=0, seconds=0.0, versions={}))
+    assert len(data["records"]) == len(raw) and data["summary"] == {"pass": len(raw)}
+    for r, source in zip(data["records"], raw):
+        assert (r["family"], r["backend"], r["case"], r["status"]) == ("distributed", runtime, source["check"], "pass")
+        assert r["max_abs_err"] == source["max_abs_err"] and r["tol"] == source["tol"] > 0
+        assert r["encoding"] == ("alibi_bias" if r["case"].startswith("alibi") else
+                                 "t5_bias" if r["case"].startswith("t5") else "apply_rope")
+    by_case = {r["case"]: r for r in data["records"]}
+    form = "shard_map" if runtime == "jax" else "dtensor"
+    assert by_case[f"mrope-qwen3-vl-{form}-zigzag"]["convention"] == "qwen3-vl"
+    if runtime == "jax":
+        assert by_case["rope-shard_map-zigzag"]["message"] == "collectives: none"
+        assert by_case["rope-namedsharding-positions-sharded"]["message"].startswith("collectives: all-reduce x2 (")
+    table = markdown_table(records)
+    assert all(f"| distributed | {r['convention']} | {r['case']} | {runtime} |" in table for r in data["records"])
