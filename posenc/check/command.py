@@ -65,37 +65,58 @@ def run(args) -> int:
         if path:
             check_output(path, what=f"{flag} report")
     cases = select(cases, encodings=encodings, dtypes=dtypes, modes=modes)
+    runtimes = _distributed_runtimes(backends) if args.distributed else []
     started = time.perf_counter()
     records = run_parallel(cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require,
                            jobs=args.jobs, compile_backend=args.torch_compile_backend,
                            progress=None if args.quiet else terminal_progress())
-    seconds = time.perf_counter() - started
     print(terminal_table(records, verbose=args.verbose))
-    print(f"({len(cases)} cases, {seconds:.1f} s; seed {args.seed}; torch.compile backend "
+    print(f"({len(cases)} cases, {time.perf_counter() - started:.1f} s; seed {args.seed}; torch.compile backend "
           f"{args.torch_compile_backend})")
+    if runtimes:  # after the suite's table; their records join the JSON and Markdown reports
+        records += _distributed_section(runtimes, require)
+    seconds = time.perf_counter() - started
     if args.json:
         write_atomic(args.json, json_report(records, argv=sys.argv[1:], seed=args.seed, seconds=seconds,
                                             versions=_versions()), what="--json report")
     if args.markdown:
         write_atomic(args.markdown, markdown_table(records), what="--markdown report")
     failed = any(r.status in ("fail", "error") for r in records)
-    if args.distributed:
-        failed = _distributed_section() or failed
     return 1 if failed else 0
 
 
-def _distributed_section() -> bool:
-    """`--distributed`: the sharded-runtime checks (posenc.check.distributed); True when one failed."""
-    from .distributed import run_distributed
+def _distributed_runtimes(backends) -> list:
+    """The sharded runtimes `--backend` selects (all of them without `--backend`); none is bad usage."""
+    from .distributed import RUNTIMES
+
+    runtimes = [r for r in RUNTIMES if r in backends]
+    if not runtimes:
+        raise UsageError(f"--distributed runs on {' and '.join(RUNTIMES)}; --backend {','.join(backends)} "
+                         "selects neither")
+    return runtimes
+
+
+_RUNTIME_WORDS = {"jax": "JAX 8-device mesh", "torch": "torch.distributed gloo x 4"}
+
+
+def _distributed_section(runtimes, require) -> list:
+    """`--distributed`: the sharded-runtime checks (posenc.check.distributed) printed, and returned as
+    `Record`s of family "distributed" for the JSON and Markdown reports. A required runtime that is not
+    installed is an error, as for the suite's backends."""
+    from .distributed import as_records, run_distributed
 
     started = time.perf_counter()
-    records = run_distributed()
-    print("\ndistributed (sharded = unsharded; JAX 8-device mesh, torch.distributed gloo x 4):")
+    records = run_distributed(runtimes)
     for r in records:
-        detail = f"max_abs_err={r['max_abs_err']:.3g} tol={r['tol']:.3g}" if "max_abs_err" in r else r.get("message", "")
-        print(f"  {r['status']:5} {r['runtime']:5} {r['check']:40} {detail}")
+        if r["status"] == "skip" and r["runtime"] in require:
+            r.update(status="error", message=f"required runtime {r['runtime']} is not installed")
+    print(f"\ndistributed (sharded = unsharded; {', '.join(_RUNTIME_WORDS[r] for r in runtimes)}):")
+    for r in records:
+        detail = (f"max_abs_err={r['max_abs_err']:.3g} tol={r['tol']:.3g}" if "max_abs_err" in r
+                  else r.get("message", ""))
+        print(f"  {r['status']:5} {r['runtime']:5} {r['check']:48} {detail}")
     print(f"({len(records)} distributed checks, {time.perf_counter() - started:.1f} s)")
-    return any(r["status"] in ("fail", "error") for r in records)
+    return as_records(records)
 
 
 def add_parser(subparsers) -> None:
@@ -124,5 +145,6 @@ def add_parser(subparsers) -> None:
     check.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     check.add_argument("--distributed", action="store_true",
                        help="also run the sharded-runtime section: JAX NamedSharding/shard_map on 8 host CPU "
-                            "devices and torch.distributed (gloo, 4 processes) with DTensor; ~1 min")
+                            "devices and torch.distributed (gloo, 4 processes) with DTensor, those --backend "
+                            "selects; their records join --json and --markdown (family distributed); ~1 min")
     check.set_defaults(func=run)
