@@ -140,7 +140,9 @@ def _gather_or_compute(positions, table, kind, consts):
         return jax.lax.optimization_barrier(_half_cos_sin(positions, kind, consts))
     cos, sin = table
     rows = cos.shape[0]
-    inside = (jnp.min(positions) >= 0) & (jnp.max(positions) < rows)
+    # one boolean reduction, not a min and a max: with positions sharded like the tokens (NamedSharding)
+    # the predicate is a single pred[] all-reduce, the only collective of the call (docs/distributed.md)
+    inside = jnp.all((positions >= 0) & (positions < rows))
     return jax.lax.cond(inside, lambda p: (cos[jnp.clip(p, 0, rows - 1)], sin[jnp.clip(p, 0, rows - 1)]),
                         lambda p: _half_cos_sin(p, kind, consts), positions)
 
