@@ -9,10 +9,14 @@ JAX (8 host CPU devices, XLA_FLAGS set below before JAX starts), q `[1, 8, seq, 
   shard_map zigzag   per-rank form: each device computes its positions with
                      cp_positions(rank=lax.axis_index) and rotates its shard
   shard_map packed   per-rank, packed row of 4 documents: cp_indices + positions_from_cu_seqlens in-graph
+  NamedSharding, positions sharded   positions sharded like q: one pred[] all-reduce (the table-range check)
+  M-RoPE (qwen3-vl, interleaved [24, 20, 20]) with Qwen-VL ids [3, seq] of a text + image row: unsharded,
+                     NamedSharding (ids sharded on their seq axis), shard_map zigzag (ids[:, cp_positions])
 PyTorch (one process, the per-rank work of a 4-rank job), q `[1, 8, seq / 4, 128]`:
   apply_rope(shard, arange)        the rotation alone
   + cp_positions(zigzag)           the rank's positions built per call
   + cp_indices/positions (packed)  the packed row's positions of the rank built per call (in-graph form)
+  M-RoPE (qwen3-vl)                the rank's [3, seq/4] ids gathered with cp_positions(zigzag), per call
 
 Best of `--reps` timed runs after warm-up (the machine is shared and noisy: load only adds time, so
 the minimum is the least disturbed run). The 8 JAX "devices" share this machine's cores, so the
@@ -48,6 +52,8 @@ def bench_jax(seq, reps):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     import posenc_jax as pj
+    from posenc.check.distributed import mrope_ids
+    from posenc_np.conventions import conventions
 
     try:
         from jax import shard_map
@@ -80,10 +86,32 @@ def bench_jax(seq, reps):
 
     packed = jax.jit(shard_map(per_rank_packed, mesh=mesh, in_specs=(P("sp"), P()), out_specs=P("sp")))
     cus = jax.device_put(cu, NamedSharding(mesh, P()))
+    psh = jax.device_put(positions, NamedSharding(mesh, P("sp")))
+    # multi-axis RoPE: Qwen3-VL's interleaved sections on q's 128 channels
+    params = dict(conventions["qwen3-vl"].params)
+    ids = mrope_ids(seq)
+    mrope = jax.jit(lambda a, p: pj.apply_rope(a, p, **params))
+    ids1 = jax.device_put(ids, devices[0])
+    ids_sh, ids_rep = (jax.device_put(ids, NamedSharding(mesh, spec)) for spec in (P(None, "sp"), P()))
+
+    def per_rank_mrope(local, ids_all):
+        rank = jax.lax.axis_index("sp")
+        index = pj.cp_positions(seq, world_size=world, rank=rank, strategy="zigzag")
+        return pj.apply_rope(local, ids_all[:, index], **params)
+
+    mrope_zigzag = jax.jit(shard_map(per_rank_mrope, mesh=mesh, in_specs=(P(None, None, "sp", None), P()),
+                                     out_specs=P(None, None, "sp", None)))
     rows = [("unsharded (1 device)", best(lambda: rope(x1, p1).block_until_ready(), reps)),
             (f"NamedSharding ({world} devices)", best(lambda: rope(xs, ps).block_until_ready(), reps)),
+            (f"NamedSharding, positions sharded ({world} devices)", best(lambda: rope(xs, psh).block_until_ready(),
+                                                                        reps)),
             (f"shard_map zigzag ({world} devices)", best(lambda: zigzag(xs).block_until_ready(), reps)),
-            (f"shard_map packed zigzag ({world} devices)", best(lambda: packed(xt, cus).block_until_ready(), reps))]
+            (f"shard_map packed zigzag ({world} devices)", best(lambda: packed(xt, cus).block_until_ready(), reps)),
+            ("M-RoPE qwen3-vl unsharded (1 device)", best(lambda: mrope(x1, ids1).block_until_ready(), reps)),
+            (f"M-RoPE qwen3-vl NamedSharding, ids sharded ({world} devices)",
+             best(lambda: mrope(xs, ids_sh).block_until_ready(), reps)),
+            (f"M-RoPE qwen3-vl shard_map zigzag ({world} devices)",
+             best(lambda: mrope_zigzag(xs, ids_rep).block_until_ready(), reps))]
     return rows
 
 
@@ -91,6 +119,8 @@ def bench_torch(seq, reps, world=4):
     import torch
 
     import posenc_torch as pt
+    from posenc.check.distributed import mrope_ids
+    from posenc_np.conventions import conventions
 
     torch.set_num_threads(1)  # one rank's share of the machine
     local = seq // world
@@ -98,6 +128,9 @@ def bench_torch(seq, reps, world=4):
     xt = torch.randn(local, 8, 128)
     arange = torch.arange(local)
     cu = torch.tensor([0, seq // 4, seq // 2, 3 * seq // 4, seq], dtype=torch.int32)
+    params = dict(conventions["qwen3-vl"].params)
+    ids = torch.from_numpy(mrope_ids(seq)).long()
+    local_ids = ids[:, :local].contiguous()
 
     def packed():
         index = pt.cp_indices(cu, world_size=world, rank=1, strategy="zigzag", total=seq)
@@ -107,7 +140,12 @@ def bench_torch(seq, reps, world=4):
             ("apply_rope(shard, cp_positions zigzag)",
              best(lambda: pt.apply_rope(x, pt.cp_positions(seq, world_size=world, rank=1, strategy="zigzag")), reps)),
             ("apply_rope(thd shard, positions[cp_indices]) packed", best(packed, reps)),
-            ("apply_rope(thd shard, arange) (no packing work)", best(lambda: pt.apply_rope(xt, arange[:, None]), reps))]
+            ("apply_rope(thd shard, arange) (no packing work)", best(lambda: pt.apply_rope(xt, arange[:, None]), reps)),
+            ("M-RoPE qwen3-vl, apply_rope(shard, ids[:, cp_positions zigzag])",
+             best(lambda: pt.apply_rope(x, ids[:, pt.cp_positions(seq, world_size=world, rank=1, strategy="zigzag")],
+                                        **params), reps)),
+            ("M-RoPE qwen3-vl, apply_rope(shard, ids of arange) (no sharding work)",
+             best(lambda: pt.apply_rope(x, local_ids, **params), reps))]
 
 
 def main():

@@ -50,10 +50,10 @@ def test_rope_under_namedsharding_moves_no_sequence_data():
     replicated = records["rope-namedsharding-positions-replicated"]
     assert not any(replicated["collectives"].values())  # nothing at all crosses devices
     sharded = records["rope-namedsharding-positions-sharded"]
-    # sharded positions: only scalar all-reduces (the table-range predicate), never a gather of tokens
+    # sharded positions: one boolean all-reduce (the table-range predicate), never a gather of tokens
+    assert sharded["collectives"]["all-reduce"] == 1 and sharded["all_reduce_shapes"] == ["pred[]"]
     assert sharded["collectives"]["all-gather"] == sharded["collectives"]["all-to-all"] == 0
     assert sharded["collectives"]["collective-permute"] == 0
-    assert all(shape.endswith("[]") for shape in sharded["all_reduce_shapes"])
     for name in ("rope-shard_map-zigzag", "rope-shard_map-packed-zigzag", "alibi-namedsharding", "t5-namedsharding"):
         assert not any(records[name]["collectives"].values()), name
     # multi-axis RoPE computes its angles (no table fast path, so no range predicate): with position ids
@@ -84,6 +84,6 @@ def test_records_reach_the_check_reports(runtime):
     assert by_case[f"mrope-qwen3-vl-{form}-zigzag"]["convention"] == "qwen3-vl"
     if runtime == "jax":
         assert by_case["rope-shard_map-zigzag"]["message"] == "collectives: none"
-        assert by_case["rope-namedsharding-positions-sharded"]["message"].startswith("collectives: all-reduce x2 (")
+        assert by_case["rope-namedsharding-positions-sharded"]["message"] == "collectives: all-reduce x1 (pred[])"
     table = markdown_table(records)
     assert all(f"| distributed | {r['convention']} | {r['case']} | {runtime} |" in table for r in data["records"])
