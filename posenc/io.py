@@ -7,6 +7,11 @@
   on POSIX) only when complete. The result gets the mode an ordinary `open(path, "w")` would give it,
   `0o666 & ~umask` (mkstemp's 0600 is for the temporary file only); any `OSError` becomes a
   `UsageError` naming the path; the temporary file is removed whatever happens.
+* Faults: a temporary file is named `.posenc-<pid>-...`; a process killed while writing (SIGKILL, the
+  out-of-memory killer) cannot remove it, so the next `atomic_output` in that directory removes every
+  temporary whose process is gone (`remove_stale_temporaries`). While a target is being written its
+  `.posenc-lock-<name>` is locked (`flock`): a second posenc writing the same target at the same time
+  fails at once with one message (UsageError) instead of racing it.
 * `parse_choices(values, allowed, flag)`: `--backend torch,jax --backend tf` -> `["torch", "jax", "tf"]`;
   an unknown or an empty value is a UsageError naming it.
 """
@@ -15,12 +20,20 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
+import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from .errors import UsageError
 
-__all__ = ["check_output", "atomic_output", "write_atomic", "parse_choices", "file_mode"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+__all__ = ["check_output", "atomic_output", "write_atomic", "parse_choices", "file_mode", "target_lock",
+           "remove_stale_temporaries", "temp_prefix"]
 
 
 def check_output(path, *, formats=None, what: str = "output") -> str:
@@ -73,6 +86,80 @@ def _temp_suffix(path: str) -> str:
     return ".tmp" + "".join(pathlib.PurePath(path).suffixes[-2:])
 
 
+def temp_prefix(kind: str = "") -> str:
+    """`.posenc-<pid>-` (or `.posenc-<kind>-<pid>-`): the prefix of this process's temporary files."""
+    return f".posenc-{kind + '-' if kind else ''}{os.getpid()}-"
+
+
+_TEMPORARY = re.compile(r"^\.posenc-(?:[a-z]+-)?(\d+)-")
+_LOCK = ".posenc-lock-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory) -> list:
+    """Remove the temporary files and directories a killed posenc process left in `directory`, and
+    unlocked lock files; a live process's temporaries are kept. Returns the removed paths."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(directory, name)
+        match = _TEMPORARY.match(name)
+        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            with suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                removed.append(path)
+        elif name.startswith(_LOCK) and fcntl is not None:
+            with suppress(OSError):
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it: left by a killed process
+                    os.unlink(path)
+                    removed.append(path)
+                finally:
+                    os.close(fd)
+    return removed
+
+
+@contextmanager
+def target_lock(path, *, what: str = "output"):
+    """Hold `.posenc-lock-<name>` beside `path` (flock, released by the kernel if the process dies) while
+    the block writes `path`; UsageError at once if another process holds it."""
+    path = str(path).rstrip(os.sep) or str(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    lock_path = os.path.join(directory, _LOCK + os.path.basename(path))
+    if fcntl is None:  # no flock (Windows): atomic renames still keep every output whole
+        yield
+        return
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"cannot write {what} {path!r}: another posenc process is writing it now") from None
+        try:
+            yield
+        finally:
+            with suppress(OSError):
+                os.unlink(lock_path)
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_output(path, *, what: str = "output"):
     """Context manager: yields an object whose `.path` is a temporary file beside `path`.
@@ -86,9 +173,11 @@ def atomic_output(path, *, what: str = "output"):
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".posenc-", suffix=_temp_suffix(path))
-        os.close(fd)
-        yield _Output(path, tmp)
+        with target_lock(path, what=what):
+            remove_stale_temporaries(directory)
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(), suffix=_temp_suffix(path))
+            os.close(fd)
+            yield _Output(path, tmp)
     except OSError as error:
         raise UsageError(f"cannot write {what} {path!r}: {error.strerror or error}") from error
     finally:

@@ -61,6 +61,8 @@ def run(args) -> int:
     backends += [b for b in require if b not in backends]
     if args.jobs < 1:
         raise UsageError(f"--jobs={args.jobs} must be >= 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout={args.timeout} must be a number of seconds > 0")
     for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
         if path:
             check_output(path, what=f"{flag} report")
@@ -68,7 +70,7 @@ def run(args) -> int:
     runtimes = _distributed_runtimes(backends) if args.distributed else []
     started = time.perf_counter()
     records = run_parallel(cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require,
-                           jobs=args.jobs, compile_backend=args.torch_compile_backend,
+                           jobs=args.jobs, compile_backend=args.torch_compile_backend, timeout=args.timeout,
                            progress=None if args.quiet else terminal_progress())
     print(terminal_table(records, verbose=args.verbose))
     print(f"({len(cases)} cases, {time.perf_counter() - started:.1f} s; seed {args.seed}; torch.compile backend "
@@ -140,6 +142,9 @@ def add_parser(subparsers) -> None:
     check.add_argument("--jobs", "-j", type=int, default=min(2, os.cpu_count() or 1),
                        help="processes to spread the backends over (default: 2, or 1 on a single core); "
                             "compiling dominates a run and is CPU-bound")
+    check.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                       help="stop a backend's worker process still running after SECONDS and report its "
+                            "comparisons as errors (default: no limit); a worker that dies is reported the same way")
     check.add_argument("--verbose", "-v", action="store_true",
                        help="list every passing comparison, and show the frameworks' own log lines")
     check.add_argument("--quiet", "-q", action="store_true", help="no progress display")

@@ -152,12 +152,70 @@ def _run_group(case_ids, backends, dtypes, modes, seed, require, environ, compil
     import os
 
     os.environ.update(environ)
+    _test_fault(backends)
     from .registry import all_cases
 
     wanted = set(case_ids)
     cases = [c for c in all_cases() if c.id in wanted]
     return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
                compile_backend=compile_backend)
+
+
+#: Test hook (tests/app/test_faults.py): `POSENC_TEST_WORKER_FAULT=<backend>:<exit|kill|hang|raise>[,...]` makes the
+#: worker process running that backend die (os._exit, SIGKILL), hang or raise before it runs a case, as a
+#: framework segfault or the out-of-memory killer would.
+WORKER_FAULT_ENV = "POSENC_TEST_WORKER_FAULT"
+
+
+def _test_fault(backends):
+    import os
+    import signal
+
+    faults = dict(item.partition(":")[::2] for item in os.environ.get(WORKER_FAULT_ENV, "").split(",") if item)
+    kind = next((faults[b] for b in backends if b in faults), None)
+    if kind == "exit":
+        os._exit(70)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        time.sleep(10**6)
+    if kind == "raise":
+        raise RuntimeError(f"{WORKER_FAULT_ENV} asked this worker to fail")
+
+
+def _group_main(conn, args):
+    """Entry point of a worker process: sends `("ok", records)` or `("error", message)` back on `conn`."""
+    try:
+        reply = ("ok", _run_group(*args))
+    except BaseException as error:  # reported as that group's backends failing, never lost
+        reply = ("error", f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+    try:
+        conn.send(reply)
+    finally:
+        conn.close()
+
+
+def _exit_reason(process) -> str:
+    import signal
+
+    code = process.exitcode
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _group_failed(cases, group, dtypes, modes, message):
+    """One error record per comparison a failed worker was to run."""
+    return [Record(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case,
+                   backend=backend, dtype=dtype, mode=mode, description=case.description, status="error",
+                   message=message)
+            for case in cases for dtype in dtypes if dtype in case.dtypes
+            for backend in group for mode in modes if mode in case.modes]
 
 
 def _balanced_groups(backends, jobs):
@@ -172,33 +230,72 @@ def _balanced_groups(backends, jobs):
 
 
 def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, progress=None,
-                 compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
+                 compile_backend=DEFAULT_TORCH_COMPILE_BACKEND, timeout=None):
     """`run` with the backends split over `jobs` processes (spawned, one framework set each).
 
     Compilation dominates a suite run and is CPU-bound, so on a 2-core machine two processes halve
     the wall time. Records come back in the sequential order.
+
+    A worker that dies (a framework's segfault, the out-of-memory killer), raises, or is still running
+    `timeout` seconds after the start (None: no limit) is stopped and reported as an error record for each
+    comparison of its backends ("worker process ... was killed by SIGKILL", "timed out after N s"); the
+    other workers' records are kept. With one group and a `timeout`, that group runs in a worker process too.
     """
-    import concurrent.futures
     import multiprocessing
+    import multiprocessing.connection
     import os
 
     groups = _balanced_groups(backends, jobs)
-    if len(groups) < 2:
+    if len(groups) < 2 and timeout is None:
         return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
                    progress=progress, compile_backend=compile_backend)
     # the frameworks' settings, quiet logging (`posenc.adapters.quiet_frameworks`) included
     environ = {k: v for k, v in os.environ.items() if k.startswith(("POSENC_", "TF_", "KERAS_", "JAX_", "XLA_"))}
     ids = [c.id for c in cases]
     context = multiprocessing.get_context("spawn")
-    records = []
-    with concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=context) as pool:
-        futures = {pool.submit(_run_group, ids, group, dtypes, modes, seed, list(require), environ,
-                               compile_backend): group
-                   for group in groups}
-        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            records += future.result()
+    workers = {}  # receiving end -> (process, group)
+    for group in groups:
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_group_main, daemon=True, name=f"posenc-check-{'-'.join(group)}",
+                                  args=(send, (ids, group, dtypes, modes, seed, list(require), environ,
+                                               compile_backend)))
+        process.start()
+        send.close()  # the parent keeps only the receiving end: a dead worker reads as EOF
+        workers[receive] = (process, group)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    records, done = [], 0
+    while workers:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = multiprocessing.connection.wait(list(workers), timeout=left)
+        if not ready:  # timed out: stop every worker still running
+            for receive, (process, group) in workers.items():
+                process.kill()
+                process.join()
+                receive.close()
+                records += _group_failed(cases, group, dtypes, modes,
+                                         f"worker process for backends {','.join(group)} timed out after "
+                                         f"{timeout:g} s (--timeout) and was stopped")
+            break
+        for receive in ready:
+            process, group = workers.pop(receive)
+            try:
+                status, payload = receive.recv()
+            except (EOFError, OSError):
+                status, payload = "died", None
+            receive.close()
+            process.join()
+            if status == "ok":
+                records += payload
+            elif status == "error":
+                records += _group_failed(cases, group, dtypes, modes,
+                                         f"worker process for backends {','.join(group)} failed: {payload}")
+            else:
+                records += _group_failed(cases, group, dtypes, modes,
+                                         f"worker process for backends {','.join(group)} {_exit_reason(process)} "
+                                         f"before reporting")
+            done += 1
             if progress:
-                progress(done, len(groups), f"backends {','.join(futures[future])} done")
+                progress(done, len(groups), f"backends {','.join(group)} done")
     order = {(c.family, c.convention, c.case, d, b, m): n for n, (c, d, b, m) in enumerate(
         (c, d, b, m) for c in cases for d in dtypes for b in backends for m in modes)}
     return sorted(records, key=lambda r: order.get((r.family, r.convention, r.case, r.dtype, r.backend, r.mode), 0))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UsageError
-from ..io import atomic_output, check_output, file_mode, write_atomic
+from ..io import atomic_output, check_output, file_mode, remove_stale_temporaries, target_lock, temp_prefix, write_atomic
 from .formats import detect_format, open_reader, write_checkpoint
 from .mapping import build_plan
 from .verify import Check, verify_plan
@@ -109,7 +109,7 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
         try:
             write_checkpoint(tmp.path, fmt, [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader))
                                             for e in entries], metadata)
-        except (ValueError, TypeError, OSError) as error:
+        except (ValueError, TypeError, OSError, RuntimeError) as error:  # h5py, torch.save: I/O errors are RuntimeError
             raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
         written = open_reader(tmp.path, fmt)
         verify = _guarded(lambda src, tgt: verify_plan(entries, src, tgt, rope=rope, seed=seed,
@@ -136,7 +136,7 @@ def _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadat
         try:
             thunks = [(e.target, e.shape, e.dtype, lambda e=e: e.produce(reader)) for e in entries]
             files = write_shards(tmp.path, thunks, metadata or {}, limit, prefix=prefix)
-        except (ValueError, TypeError, OSError) as error:
+        except (ValueError, TypeError, OSError, RuntimeError) as error:  # h5py, torch.save: I/O errors are RuntimeError
             raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
         if as_directory and sidecar and sidecar.get("hf_config"):
             with open(os.path.join(tmp.path, "config.json"), "w") as handle:
@@ -200,8 +200,10 @@ def _atomic_directory(target):
     parent = os.path.dirname(os.path.abspath(target))
     tmp = None
     try:
-        tmp = tempfile.mkdtemp(dir=parent, prefix=".posenc-port-")
-        yield _DirectoryOutput(target, tmp)
+        with target_lock(target, what="TARGET"):
+            remove_stale_temporaries(parent)  # a killed port's directory (posenc/io.py)
+            tmp = tempfile.mkdtemp(dir=parent, prefix=temp_prefix("port"))
+            yield _DirectoryOutput(target, tmp)
     except OSError as error:
         raise UsageError(f"cannot write TARGET {target!r}: {error.strerror or error}") from error
     finally:

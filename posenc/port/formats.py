@@ -158,6 +158,13 @@ def _read_safetensors(path):
         dtype = _np_dtype(dtypes[name])
         if end == begin:
             return np.zeros(shapes[name], dtype)
+        # a SOURCE truncated since its header was read: touching a mapped page past the end of the file would
+        # kill the process with SIGBUS; one message instead (docs/reliability.md: the window left is the copy
+        # of one tensor)
+        size = os.path.getsize(path)
+        if size < start + end:
+            raise UsageError(f"{path!r} changed while being read: tensor {name!r} ends at byte {start + end}, "
+                             f"the file now has {size}")
         return np.memmap(path, dtype=dtype, mode="r", offset=start + begin, shape=shapes[name])
 
     return Reader(path, shapes, dtypes, get, metadata)
