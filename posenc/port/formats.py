@@ -17,6 +17,7 @@ Names: a state dict is flat (`a.b.weight`); `.weights.h5` names are HDF5 dataset
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import zipfile
@@ -183,6 +184,10 @@ def _read_npz(path):
                         else np.lib.format.read_array_header_2_0)
                 shape, _, dtype = read(member)
             name = info.filename[:-4]
+            needed = math.prod(shape) * dtype.itemsize  # Python ints: a hostile shape cannot overflow
+            if needed > info.file_size:  # np.load would allocate the claimed size before reading (bounded RSS)
+                raise UsageError(f"{path!r}: array {name!r} claims shape {tuple(shape)} ({needed} bytes), the "
+                                 f"archive member holds {info.file_size} bytes: truncated or corrupt")
             if dtype.kind == "V":
                 raise UsageError(f"{path!r}: array {name!r} has an untyped dtype {dtype} (NumPy stores bfloat16 "
                                  "this way and cannot read it back); use safetensors for bfloat16")
