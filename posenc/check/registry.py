@@ -8,6 +8,7 @@ Encodings register their cases in their own module (`cases_absolute.py`, `cases_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from typing import Callable
@@ -18,11 +19,17 @@ from posenc_np._dtypes import BACKEND_DTYPES
 from posenc_np.conventions import FAMILY_OF_ENCODING
 from posenc_np.testing import Tolerance
 
-__all__ = ["Case", "register", "all_cases", "CASE_MODULES", "DTYPES", "MODES"]
+__all__ = ["Case", "register", "all_cases", "CASE_MODULES", "DTYPES", "MODES", "JIT_DTYPES"]
 
 #: The dtypes and modes a case runs in unless it lists fewer (the one list of modes; dtypes are the spec's).
 DTYPES = BACKEND_DTYPES
 MODES = ("eager", "jit")
+#: The jit budget (docs/performance.md, "posenc check"): a compile costs 1-10 s per case, dtype and backend
+#: on 2 cores, most of a run. Every case runs eager in all its dtypes; jit runs in these dtypes (or a case's
+#: first dtype when it lists none of them), except the first jit case registered in each family, its
+#: representative, which runs jit in all its dtypes: the half-precision rule under a compiler (upcast to
+#: float32, round once) is the same code for every case of a family. `Case.jit_dtypes` overrides both.
+JIT_DTYPES = ("float32",)
 
 #: Modules that register cases, in report order.
 CASE_MODULES = ("cases_absolute", "cases_rope", "cases_mrope", "cases_bias", "cases_grad", "cases_packing",
@@ -62,6 +69,18 @@ class Case:
     description: str = ""
     modes: tuple = MODES
     out_dtype: Callable[[str], str] | None = None
+    jit_dtypes: tuple | None = None
+
+    def runs(self, dtype: str, mode: str) -> bool:
+        """Whether this case runs in `dtype` and `mode` (its dtypes and modes, and the jit budget)."""
+        if dtype not in self.dtypes or mode not in self.modes:
+            return False
+        if mode != "jit":
+            return True
+        if self.jit_dtypes is not None:
+            return dtype in self.jit_dtypes
+        budget = [d for d in self.dtypes if d in JIT_DTYPES]
+        return dtype in budget if budget else dtype == self.dtypes[0]
 
     @property
     def family(self) -> str:
@@ -87,6 +106,9 @@ _CASES: list[Case] = []
 def register(case: Case) -> Case:
     if any(c.id == case.id for c in _CASES):
         raise ValueError(f"case {case.id!r} is registered twice")
+    if ("jit" in case.modes and case.jit_dtypes is None
+            and not any(c.family == case.family and "jit" in c.modes for c in _CASES)):
+        case = dataclasses.replace(case, jit_dtypes=case.dtypes)  # the family's representative: jit in every dtype
     _CASES.append(case)
     return case
 

@@ -79,7 +79,7 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
     records: list[Record] = []
     jit_cache = {} if jit_cache is None else jit_cache
     plan = [(case, dtype, backend, mode) for case in cases for dtype in dtypes if dtype in case.dtypes
-            for backend in backends for mode in modes if mode in case.modes]
+            for backend in backends for mode in modes if case.runs(dtype, mode)]
     broken: dict[str, str] = {}
     for backend in backends:
         a = adapter(backend)
@@ -215,7 +215,7 @@ def _group_failed(cases, group, dtypes, modes, message):
                    backend=backend, dtype=dtype, mode=mode, description=case.description, status="error",
                    message=message)
             for case in cases for dtype in dtypes if dtype in case.dtypes
-            for backend in group for mode in modes if mode in case.modes]
+            for backend in group for mode in modes if case.runs(dtype, mode)]
 
 
 def _balanced_groups(backends, jobs):

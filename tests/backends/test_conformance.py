@@ -22,7 +22,7 @@ CASES = all_cases()
 
 COMBOS = [pytest.param(case, dtype, mode, id=f"{case.id}-{dtype}-{mode}")
           for case in CASES for dtype in DTYPES if dtype in case.dtypes
-          for mode in MODES if mode in case.modes]
+          for mode in MODES if case.runs(dtype, mode)]
 
 
 @pytest.fixture(autouse=True, scope="module")
