@@ -433,7 +433,8 @@ def b_apply_mla_rope(draw):
     return Call((q, k, p), dict(qk_nope_head_dim=pick(draw, [nope], -1, nope + 1, 1.5),
                                 rotary_dim=pick(draw, [rot], 3, rot + 2), layout=pick(draw, ["half", "interleaved"]),
                                 scaling=scaling),
-                angle=rope_angle(p, rot, 10000.0, scaling), note=f"q {qkind}, positions {kind}, scaling {skind}")
+                angle=rope_angle(p, rot, 10000.0, scaling),
+                note=f"q {qkind}, positions {kind}({seq},), scaling {skind}")
 
 
 def b_mla_rope_permutation(draw):
@@ -545,7 +546,9 @@ def b_document_mask(draw):
 def b_document_bias(draw):
     cu, kind = cu_seqlens(draw)
     n = int(cu.max(initial=0)) if cu.ndim == 1 and cu.dtype.kind in "iu" else 3
-    bias, bkind = float_x(draw, (2, n, n + pick(draw, [0], 1)), kinds=("ok", "ok", "nan", "noncontig"))
+    extra = pick(draw, [0], 1)
+    bias, bkind = float_x(draw, (2, n, n + extra), kinds=("ok", "ok", "nan", "noncontig"))
+    bkind += ", key axis mismatched" if extra else ""
     return Call((bias, cu), dict(causal=pick(draw, [False, True])), note=f"bias {bkind}, cu_seqlens {kind}")
 
 
@@ -638,9 +641,10 @@ def b_kerple_bias(draw):
 def b_sandwich_bias(draw):
     q, k, note = _qk(draw)
     dim = even_dim(draw)
+    span = _max_abs(q) + _max_abs(k) if q.dtype != bool and k.dtype != bool else 2.0
     # a sum of dim/2 cosines: each carries the angle error, so the bound scales with the number of terms
     return Call((pick(draw, [1, 3], 0), q, k), dict(dim=dim, base=pick(draw, [10000.0, 1.0], -1.0),
-                                                   dtype=out_dtype_kw(draw)), angle=32.0, slack_ulps=64,
+                                                   dtype=out_dtype_kw(draw)), angle=span, slack_ulps=64,
                 scale=float(dim) / 2 if isinstance(dim, int) else None, note=note)
 
 
@@ -935,3 +939,37 @@ EXCLUDED = {
                   "posenc_np.conventions; its values are checked by tests/spec against their sources",
     "conventions": "a read-only registry (Mapping of Convention records), not a function of inputs",
 }
+
+
+#: Bugs the fuzz tests found that are not fixed yet (docs/reliability.md, "open"): (names, perturbation
+#: substring of `Call.note`, backends or None for all, description). A matching draw that disagrees is tallied
+#: as "known:<name>" instead of failing; tests/fuzz/test_regressions.py holds each as a strict xfail, so the
+#: fix turns it into a failure to be removed from here.
+KNOWN = [
+    (("apply_rope", "rerotate", "apply_mla_rope", "RotaryEmbedding", "dynamic_position_encoding",
+      "DynamicPositionEncoding", "nope", "apply_xpos", "cope", "CoPE"), ("x int", "x bool", "q int", "q bool",
+                                                                         "k int", "k bool", "query int", "query bool"),
+     None, "integer/bool x where a float is expected: the spec raises ValueError \"dtype=dtype('int32') is not one of "
+           "[...]\" (names no argument); backends compute and return integers (cope/CoPE: spec TypeError, backends "
+           "return a result)"),
+    (("document_bias",), ("key axis mismatched",), None, "a bias whose key axis does not match cu_seqlens: the spec raises "
+                                          "(k_index out of range), the backends return a result"),
+    (("positions_from_cu_seqlens", "document_ids", "document_mask", "document_bias", "cp_indices"),
+     ("cu_seqlens 2d",), None, "2-D cu_seqlens: spec ValueError, backends TypeError"),
+    (("llama4_attn_scale",), ("positions negative",), None,
+     "negative positions: the spec returns -inf/NaN scales instead of raising"),
+    (("randomized_positions",), ("noise nan",), None,
+     "NaN noise: the spec sorts it (NumPy puts NaN last), torch/JAX order it differently; it should be refused"),
+    (("apply_rope", "apply_mla_rope", "RotaryEmbedding"), ("(0,)",), ("torch",),
+     "no positions (an empty sequence) with layout='interleaved': posenc_torch/rope.py reshapes an empty cos/sin "
+     "table to (0, -1), a NumPy ValueError naming no argument; the spec returns an empty result"),
+    (("attention",), ("q inf", "q nan"), ("tf",),
+     "non-finite q: TF's softmax puts NaN and inf in other places than the spec"),
+]
+
+
+def known_bug(name, note, backend_name):
+    for names, needles, backends, why in KNOWN:
+        if name in names and any(n in note for n in needles) and (backends is None or backend_name in backends):
+            return why
+    return None
