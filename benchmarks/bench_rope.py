@@ -170,14 +170,16 @@ def tf_paths(shape, dtype_name):
 
 def jax_paths(shape, dtype_name):
     import jax
+
+    jax.config.update("jax_enable_x64", True)  # int64 positions exist only with x64; q, k keep their dtype
     import jax.numpy as jnp
 
     import posenc_jax as pj
 
     dtype = getattr(jnp, dtype_name)
     key_q, key_k = jax.random.split(jax.random.PRNGKey(0))
-    q = jax.random.normal(key_q, shape).astype(dtype)
-    k = jax.random.normal(key_k, shape).astype(dtype)
+    q = jax.random.normal(key_q, shape, dtype=jnp.float32).astype(dtype)
+    k = jax.random.normal(key_k, shape, dtype=jnp.float32).astype(dtype)
 
     def function(q, k, positions):
         return pj.apply_rope(q, positions), pj.apply_rope(k, positions)
@@ -191,13 +193,12 @@ def jax_paths(shape, dtype_name):
     paths = {_own_label("jax", False): lambda: jax.block_until_ready(plus(q, k)),
              _own_label("jax", True): lambda: host(plus(q, k))}
     for name in ("int32", "int64"):
-        # int64 arrays exist only with jax_enable_x64; without it JAX keeps int32 (and says so in the label)
         positions = jnp.arange(shape[-2], dtype=getattr(jnp, name))
         label = str(positions.dtype)
         paths[_jit_label("jax", label, False)] = lambda p=positions: jax.block_until_ready(jitted(q, k, p))
         paths[_jit_label("jax", label, True)] = lambda p=positions: host(jitted(q, k, p))
-    positions = jnp.arange(shape[-2])
-    paths["posenc_jax apply_rope, eager"] = lambda: jax.block_until_ready(function(q, k, positions))
+    positions = jnp.arange(shape[-2], dtype=jnp.int32)
+    paths["posenc_jax apply_rope, eager, int32 positions"] = lambda: jax.block_until_ready(function(q, k, positions))
     return paths
 
 
