@@ -17,6 +17,13 @@ from .schedule import rope_modules_from_schedule, rope_schedule_from_hf_config
 from .temperature import llama4_attn_scale
 from .sinusoidal import SinusoidalEncoding, sinusoidal
 from .t5 import T5RelativeBias, t5_bias, t5_bucket
+from .cope import CoPE, cope
+from .deberta import build_relative_position, make_log_bucket_position
+from .dynamic import DynamicPositionEncoding, dynamic_position_encoding, nope
+from .fire import FIREBias, fire_bias
+from .kerple import KERPLEBias, kerple_bias, sandwich_bias
+from .randomized import randomized_positions, sample_randomized_positions
+from .xpos import apply_xpos, xpos_scale
 
 __all__ = [
     "cp_indices",
@@ -55,4 +62,20 @@ __all__ = [
     "learned",
     "resize_table",
     "sinusoidal",
+    "apply_xpos",
+    "build_relative_position",
+    "cope",
+    "dynamic_position_encoding",
+    "fire_bias",
+    "kerple_bias",
+    "make_log_bucket_position",
+    "nope",
+    "randomized_positions",
+    "sample_randomized_positions",
+    "sandwich_bias",
+    "xpos_scale",
+    "CoPE",
+    "DynamicPositionEncoding",
+    "FIREBias",
+    "KERPLEBias",
 ]
