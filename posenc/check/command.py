@@ -52,7 +52,9 @@ def run(args) -> int:
     from .runner import run_parallel, terminal_progress
 
     cases = all_cases()
-    known = families() + sorted(conventions) + sorted({c.convention for c in cases} - set(conventions))
+    # families of the contract's encodings, then those only cases name (e.g. the reference `attention`)
+    case_families = [f for f in dict.fromkeys(c.family for c in cases) if f not in families()]
+    known = families() + case_families + sorted(conventions) + sorted({c.convention for c in cases} - set(conventions))
     encodings = parse_choices(args.encoding, known, "--encoding")
     backends = parse_choices(args.backend, BACKENDS, "--backend", default=list(BACKENDS))
     dtypes = parse_choices(args.dtype, DTYPES, "--dtype", default=list(DTYPES))
