@@ -394,8 +394,9 @@ def _host_cos_sin(p, host, layout):
         full[layout] = (torch.from_numpy(np.concatenate([cos, cos], -1)),
                         torch.from_numpy(np.concatenate([-sin, sin], -1)))
     elif layout is not None:
-        full[layout] = (torch.from_numpy(np.stack([cos, cos], -1).reshape(*cos.shape[:-1], -1)),
-                        torch.from_numpy(np.stack([-sin, sin], -1).reshape(*sin.shape[:-1], -1)))
+        # the explicit width: an empty table (no positions) cannot infer a -1 axis
+        full[layout] = (torch.from_numpy(np.stack([cos, cos], -1).reshape(*cos.shape[:-1], 2 * cos.shape[-1])),
+                        torch.from_numpy(np.stack([-sin, sin], -1).reshape(*sin.shape[:-1], 2 * sin.shape[-1])))
     return _CosSin(torch.from_numpy(cos), torch.from_numpy(sin), full)
 
 
