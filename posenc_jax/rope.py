@@ -133,11 +133,18 @@ def _gather_or_compute(positions, table, kind, consts):
     """Half-size cos/sin: gathered from `table` (a `(cos, sin)` pair of `[rows, r/2]`, or None) when every
     position lies inside it, else computed; a `lax.cond` on the traced positions, so no recompilation.
 
-    Both are kept out of the rotation's loop fusion (the `cond`, or an optimization barrier): fused,
-    XLA recomputes the angle reduction for every broadcast copy (batch x heads times).
+    Both are kept out of the rotation's loop fusion: fused, XLA recomputes the angle reduction for every
+    broadcast copy (batch x heads times; 22x the time of the gathered path for multi-axis RoPE at
+    [4, 16, 2048, 128], docs/performance.md). The table path has its `cond`. Without a table (multi-axis,
+    `dynamic`, `longrope`) the computed cos/sin pass through a product with the identity: XLA never fuses
+    a dot into a loop, and at HIGHEST precision the product is exact (one term times 1.0, the rest exact
+    zeros). XLA's CPU pipeline fuses through an `optimization_barrier`, and a `cond` needs a predicate
+    over the positions, which sharded positions would turn into a collective (docs/distributed.md).
     """
     if table is None:
-        return jax.lax.optimization_barrier(_half_cos_sin(positions, kind, consts))
+        cos, sin = _half_cos_sin(positions, kind, consts)
+        eye = jnp.eye(cos.shape[-1], dtype=cos.dtype)
+        return tuple(jnp.matmul(v, eye, precision=jax.lax.Precision.HIGHEST) for v in (cos, sin))
     cos, sin = table
     rows = cos.shape[0]
     # one boolean reduction, not a min and a max: with positions sharded like the tokens (NamedSharding)
