@@ -175,11 +175,24 @@ def _expand(half, layout):
     return jnp.concatenate([half, half], -1) if layout == "half" else jnp.repeat(half, 2, -1)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "rotary_dim", "layout"))
-def _apply(x, positions, consts, table, *, kind, rotary_dim, layout):
-    """The whole rotation, one compiled function per (shapes, dtype, kind), also serving eager calls."""
-    cos, sin = _gather_or_compute(positions, table, kind, consts)
+@functools.partial(jax.jit, static_argnames=("kind",))
+def _cos_sin(positions, consts, table, *, kind):
+    """The half-size cos/sin, one compiled function per (positions signature, kind): the angle reduction
+    is most of a compilation, and x's dtype and shape do not enter it (eager calls in three dtypes
+    compile it once)."""
+    return _gather_or_compute(positions, table, kind, consts)
+
+
+@functools.partial(jax.jit, static_argnames=("rotary_dim", "layout"))
+def _rotate_compiled(x, cos, sin, *, rotary_dim, layout):
     return _rotate(x, cos, sin, rotary_dim, layout)
+
+
+def _apply(x, positions, consts, table, *, kind, rotary_dim, layout):
+    """The whole rotation as two compiled functions, also serving eager calls; under an outer jit both
+    are inlined into one program, as one function would be."""
+    cos, sin = _cos_sin(positions, consts, table, kind=kind)
+    return _rotate_compiled(x, cos, sin, rotary_dim=rotary_dim, layout=layout)
 
 
 def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
