@@ -13,6 +13,8 @@ import numbers
 
 import numpy as np
 
+from ._dtypes import FLOAT_DTYPES
+
 __all__ = [
     "check_choice",
     "check_positive_int",
@@ -28,6 +30,10 @@ __all__ = [
     "check_integer_dtype",
     "check_rope_input",
     "check_heads_divide",
+    "check_float_dtype",
+    "check_nonnegative_positions",
+    "check_finite",
+    "check_cu_seqlens_shape",
 ]
 
 
@@ -149,3 +155,39 @@ def check_heads_divide(num_heads, rows: int) -> int:
             or rows % num_heads:
         raise ValueError(f"num_heads={num_heads} does not divide the weight's first axis {rows}")
     return rows // int(num_heads)
+
+
+def check_float_dtype(name: str, dtype, is_floating: bool | None = None) -> None:
+    """An array that is rotated, scaled or added to (`x`, `q`, `k`, `query`...) must have a float dtype.
+
+    An integer or bool one is a TypeError everywhere: the spec would compute in float64 and return
+    floats, a backend would round its float32 result back to the integer dtype, and the two cannot agree,
+    so neither guesses (docs/api.md §1). `is_floating`: the backend's own test of its dtype (a framework
+    dtype is checked, not values, so eager and jit agree); None: NumPy's, one of `FLOAT_DTYPES`."""
+    if is_floating is None:
+        is_floating = np.dtype(dtype).name in FLOAT_DTYPES
+    if not is_floating:
+        raise TypeError(f"{name} must be a float array ({', '.join(FLOAT_DTYPES)}), got dtype {dtype}")
+
+
+def check_nonnegative_positions(name: str, positions) -> None:
+    """Positions that count tokens from the start (a position is never negative there); eager values only."""
+    positions = np.asarray(positions)
+    if positions.size and positions.min() < 0:
+        raise ValueError(f"{name} must be >= 0, got negative values such as {positions[positions < 0].ravel()[:3].tolist()}")
+
+
+def check_finite(name: str, values) -> None:
+    """A float array whose NaN/inf would have no defined meaning (e.g. random noise that is sorted)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{name} must be finite, got values such as {values[~np.isfinite(values)].ravel()[:3].tolist()}")
+
+
+def check_cu_seqlens_shape(shape, name: str = "cu_seqlens") -> None:
+    """`cu_seqlens` is `[num_docs + 1]` cumulative lengths, one axis of at least 2 entries, in every package
+    (a shape, so backends check it under jit too; the dtype is checked before it, the values after)."""
+    shape = tuple(shape)
+    if len(shape) != 1 or (shape[0] is not None and shape[0] < 2):
+        raise ValueError(f"{name} must be a 1-D array [0, n1, n1+n2, ..., total] with at least 2 entries, "
+                         f"got shape {shape}")

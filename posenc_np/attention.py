@@ -55,7 +55,11 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
     ALiBi and Shaw biases are added after the scale (BLOOM, MPT, the paper). Masked weights are exactly
     0 (exp(-inf)). The causal mask aligns the last query with the last key (`causal_mask`), so a KV
     cache step needs no offset; with causal=True there must be at least as many keys as queries. A row
-    whose every logit is -inf (a bias that masks all keys) gives NaN, as softmax does.
+    whose every logit is -inf (a bias that masks all keys) gives NaN, as softmax does. Non-finite
+    inputs: a row whose logits hold NaN or +inf (NaN or inf in q, k or the bias) has NaN weights and
+    output throughout (the max-subtracted softmax: `inf - inf` is NaN, and it enters the row's sum);
+    -inf logits alone are masked keys. Every backend follows this rule (TF's fused softmax alone
+    would keep finite weights beside the NaN, so it enforces the rule explicitly).
 
     Shapes: `q [..., q, dim]`, `k [..., k, dim]`, `v [..., k, dv]`, leading axes broadcast (heads,
     batch). `bias` broadcasts against `[..., q, k]`: a `[heads, q, k]` ALiBi or T5 bias serves

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._dtypes import dtype_name
-from ._validate import check_table
+from ._validate import check_float_dtype, check_table
 
 __all__ = ["cope", "check_cope_shapes"]
 
@@ -65,10 +64,7 @@ def cope(query, attn_logits, pos_emb):
     """
     query, attn_logits, pos_emb = np.asarray(query), np.asarray(attn_logits), np.asarray(pos_emb)
     for name, a in (("query", query), ("attn_logits", attn_logits), ("pos_emb", pos_emb)):
-        try:
-            dtype_name(a.dtype)
-        except ValueError:
-            raise TypeError(f"{name} must be a float array, got dtype {a.dtype}") from None
+        check_float_dtype(name, a.dtype)
     max_pos = check_cope_shapes(query.shape, attn_logits.shape, pos_emb.shape)
     gates = 0.5 * (1.0 + np.tanh(0.5 * attn_logits.astype(np.float64)))  # sigmoid, no overflow at -1e9
     positions = np.minimum(np.flip(np.cumsum(np.flip(gates, -1), -1), -1), max_pos - 1)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._dtypes import dtype_name
-from ._validate import check_table
+from ._validate import check_float_dtype, check_table
 from .sinusoidal import check_sinusoidal_args, sinusoidal
 
 __all__ = ["dynamic_position_encoding", "nope", "check_dynamic_args"]
@@ -61,7 +60,7 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
         [0.8415, 0.5403, 0.01, 1.0]
     """
     x, weight, bias = np.asarray(x), np.asarray(weight), np.asarray(bias)
-    dtype_name(x.dtype)  # raises for non-float inputs
+    check_float_dtype("x", x.dtype)
     dim = check_dynamic_args(x.shape, weight.shape, bias.shape, base, layout, denominator)
     table = sinusoidal(np.arange(x.shape[-2]), dim, base=base, layout=layout, denominator=denominator)
     return x.astype(np.float64) + table @ weight.astype(np.float64).T + bias.astype(np.float64)
@@ -86,5 +85,5 @@ def nope(x):
         [1.0, 2.0]
     """
     x = np.asarray(x)
-    dtype_name(x.dtype)
+    check_float_dtype("x", x.dtype)
     return x.astype(np.float64)

@@ -27,7 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ._validate import check_positive_int
+from ._validate import check_float_dtype, check_positive_int
 from .rope import apply_rope, rope_permutation
 
 __all__ = ["apply_mla_rope", "mla_softmax_scale", "mla_rope_permutation"]
@@ -74,6 +74,8 @@ def apply_mla_rope(q, k_pe, positions, *, qk_nope_head_dim, rotary_dim, base=100
     rope = check_positive_int("rotary_dim", rotary_dim, minimum=2)
     q = _split("q", q, nope, rope)
     k_pe = np.asarray(k_pe)
+    check_float_dtype("q", q.dtype)
+    check_float_dtype("k_pe", k_pe.dtype)
     if k_pe.shape[-1] != rope:
         raise ValueError(f"k_pe has last axis {k_pe.shape[-1]}, expected qk_rope_head_dim = rotary_dim = {rope}")
     kwargs = dict(base=base, layout=layout, scaling=scaling)

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._dtypes import dtype_name
-from ._validate import check_choice, check_integer_positions, check_positive_int
+from ._validate import (check_choice, check_cu_seqlens_shape, check_float_dtype, check_integer_positions,
+                        check_positive_int)
 
 __all__ = [
     "CP_STRATEGIES",
@@ -64,9 +64,7 @@ CP_STRATEGIES = ("contiguous", "striped", "zigzag")
 def check_cu_seqlens(cu_seqlens, name="cu_seqlens") -> np.ndarray:
     """`[num_docs + 1]` integers, starting at 0, never decreasing (empty documents are allowed)."""
     cu = check_integer_positions(name, cu_seqlens)
-    if cu.ndim != 1 or cu.shape[0] < 2:
-        raise ValueError(f"{name} must be a 1-D array [0, n1, n1+n2, ..., total] with at least 2 entries, "
-                         f"got shape {cu.shape}")
+    check_cu_seqlens_shape(cu.shape, name)
     if cu[0] != 0:
         raise ValueError(f"{name} must start at 0, got {name}[0]={int(cu[0])}")
     steps = np.diff(cu)
@@ -74,6 +72,15 @@ def check_cu_seqlens(cu_seqlens, name="cu_seqlens") -> np.ndarray:
         i = int(np.argmax(steps < 0))
         raise ValueError(f"{name} must not decrease: {name}[{i}]={int(cu[i])} > {name}[{i + 1}]={int(cu[i + 1])}")
     return cu.astype(np.int64)
+
+
+def check_document_index(name, index, total) -> None:
+    """`document_bias`'s token indices (`q_index`, `k_index`; the bias's axes `arange(q)`, `arange(k)` when
+    None) must lie in the packed row `[0, cu_seqlens[-1])`: a bias wider than the row is refused."""
+    index = np.asarray(index)
+    if index.size and (index.min() < 0 or index.max() >= total):
+        raise ValueError(f"{name} must lie in [0, cu_seqlens[-1]={total}), got values in "
+                         f"[{int(index.min())}, {int(index.max())}]")
 
 
 def check_total(total, cu_last) -> int:
@@ -262,7 +269,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
         [[0.0, 0.0, -inf], [0.0, 0.0, -inf], [-inf, -inf, 0.0]]
     """
     bias = np.asarray(bias)
-    dtype_name(bias.dtype)  # a float bias: -inf must be representable
+    check_float_dtype("bias", bias.dtype)  # a float bias: -inf must be representable
     if bias.ndim < 2:
         raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
     if not isinstance(causal, (bool, np.bool_)):
@@ -274,9 +281,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
         index = np.arange(size) if index is None else check_integer_positions(name, index).astype(np.int64)
         if index.shape != (size,):
             raise ValueError(f"{name} must be [{size}] to match bias {bias.shape}, got shape {index.shape}")
-        if index.size and (index.min() < 0 or index.max() >= total):
-            raise ValueError(f"{name} must lie in [0, cu_seqlens[-1]={total}), got values in "
-                             f"[{int(index.min())}, {int(index.max())}]")
+        check_document_index(name, index, total)
         indices.append(index)
     q_idx, k_idx = indices
     q_doc = np.searchsorted(cu, q_idx, side="right") - 1
@@ -517,7 +522,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
 
     check_rerotate_args(scaling, mrope_section)
     k = np.asarray(k)
-    dtype_name(k.dtype)  # float keys only
+    check_float_dtype("k", k.dtype)
     rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
     plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
     delta = check_integer_positions("delta", delta)

@@ -6,10 +6,10 @@ import numbers
 
 import numpy as np
 
-from ._dtypes import dtype_name
-from ._validate import check_positive_int
+from ._validate import check_finite, check_float_dtype, check_positive_int
 
-__all__ = ["randomized_positions", "sample_randomized_positions", "check_randomized_args", "check_seed"]
+__all__ = ["randomized_positions", "sample_randomized_positions", "check_randomized_args", "check_noise_axes",
+           "check_seed"]
 
 
 def check_randomized_args(seq_len, max_len) -> tuple[int, int]:
@@ -20,6 +20,12 @@ def check_randomized_args(seq_len, max_len) -> tuple[int, int]:
         raise ValueError(f"seq_len={seq_len} must be <= max_len={max_len}: positions are drawn without "
                          f"replacement from 0 .. max_len - 1")
     return seq_len, max_len
+
+
+def check_noise_axes(ndim) -> None:
+    """`noise` is `[..., max_len]`: at least one axis (a shape: checked under jit too)."""
+    if ndim < 1:
+        raise ValueError("noise must be a [..., max_len] array, got a scalar")
 
 
 def randomized_positions(noise, seq_len):
@@ -42,7 +48,11 @@ def randomized_positions(noise, seq_len):
         int32 `[..., seq_len]`, strictly increasing along the last axis.
 
     Raises:
-        ValueError/TypeError: seq_len out of range, non-float or scalar noise.
+        TypeError: non-float noise.
+        ValueError: seq_len out of range, scalar noise, NaN or infinite noise (an order of NaN is not
+            defined: NumPy sorts it last, torch.topk and lax.top_k first, TF elsewhere). Backends check
+            eagerly; under jit, where values cannot raise, every row holding a non-finite value
+            returns -1 in all its positions (a position every posenc function refuses eagerly).
 
     Reference:
         Ruoss et al., "Randomized Positional Encodings Boost Length Generalization of Transformers",
@@ -54,13 +64,10 @@ def randomized_positions(noise, seq_len):
         [1, 3, 4]
     """
     noise = np.asarray(noise)
-    try:
-        dtype_name(noise.dtype)
-    except ValueError:
-        raise TypeError(f"noise must be a float array, got dtype {noise.dtype}") from None
-    if noise.ndim < 1:
-        raise ValueError("noise must be a [..., max_len] array, got a scalar")
+    check_float_dtype("noise", noise.dtype)
+    check_noise_axes(noise.ndim)
     check_randomized_args(seq_len, noise.shape[-1])
+    check_finite("noise", noise)  # NaN has no place in an order: NumPy sorts it last, frameworks elsewhere
     order = np.argsort(-noise.astype(np.float64), axis=-1, kind="stable")[..., :seq_len]
     return np.sort(order, axis=-1).astype(np.int32)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._dtypes import dtype_name, spec_output_dtype
-from ._validate import (check_choice, check_even_dim, check_heads_divide, check_integer_positions, check_positive_float,
-                        check_rope_input)
+from ._dtypes import spec_output_dtype
+from ._validate import (check_choice, check_even_dim, check_float_dtype, check_heads_divide, check_integer_positions,
+                        check_positive_float, check_rope_input)
 from .mrope import MROPE_FREQUENCIES, check_mrope_positions, mrope_axis_of_pair, mrope_frequency_order, resolve_mrope_section
 from .scaling import SCALING_TYPES, dynamic_growth, resolve_scaling
 
@@ -365,7 +365,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     """
     x = np.asarray(x)
     out_dtype = x.dtype
-    dtype_name(out_dtype)  # raises for non-float inputs
+    check_float_dtype("x", out_dtype)
     positions = check_integer_positions("positions", positions)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._validate import check_integer_positions, check_positive_float
+from ._validate import check_integer_positions, check_nonnegative_positions, check_positive_float
 
 __all__ = ["llama4_attn_scale", "check_temperature_args"]
 
@@ -50,7 +50,9 @@ def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1) -> np.ndar
         float64 array of `positions.shape`.
 
     Raises:
-        ValueError: non-integer positions, `floor_scale <= 0`, non-finite `attn_scale`.
+        ValueError: non-integer or negative positions (the formula gives `-inf` at p = -2, NaN below),
+            `floor_scale <= 0`, non-finite `attn_scale`. Backends check eagerly; under jit, where values
+            cannot raise, a negative position gives NaN.
         TypeError: non-numeric positions.
 
     Example:
@@ -58,5 +60,6 @@ def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1) -> np.ndar
         [1.0, 1.0, 1.069315, 1.138629]
     """
     positions = check_integer_positions("positions", positions)
+    check_nonnegative_positions("positions", positions)  # p <= -2 gives log1p(-1) = -inf, or NaN
     floor_scale, attn_scale = check_temperature_args(floor_scale, attn_scale)
     return 1.0 + attn_scale * np.log1p(np.floor((positions.astype(np.float64) + 1.0) / floor_scale))

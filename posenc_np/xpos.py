@@ -6,8 +6,7 @@ import numbers
 
 import numpy as np
 
-from ._dtypes import dtype_name
-from ._validate import check_choice, check_even_dim, check_integer_positions, check_positive_float
+from ._validate import check_choice, check_even_dim, check_float_dtype, check_integer_positions, check_positive_float
 from .rope import apply_rope, check_rope_shapes
 
 __all__ = ["xpos_zeta", "xpos_scale", "apply_xpos", "XPOS_KINDS", "check_xpos_args"]
@@ -93,7 +92,7 @@ def apply_xpos(x, positions, *, kind="query", base=10000.0, layout="interleaved"
     """
     x = np.asarray(x)
     out_dtype = x.dtype
-    dtype_name(out_dtype)
+    check_float_dtype("x", out_dtype)
     dim = check_xpos_args(x.shape[-1], scale_base, gamma, center, kind, layout)
     positions = check_integer_positions("positions", positions)
     check_rope_shapes(x.shape, positions.shape)
