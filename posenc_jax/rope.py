@@ -30,7 +30,7 @@ from flax import nnx
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 from posenc_np._modules import RotaryConfig
-from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
+from posenc_np._validate import check_float_dtype, check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
@@ -237,6 +237,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     `mrope_section` (multi-axis RoPE) `[A, ...]`, the angles always computed (double-float per axis).
     """
     x = as_tensor(x)
+    check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
@@ -284,6 +285,7 @@ class RotaryEmbedding(nnx.Module):
 
     def __call__(self, x, positions):
         x, positions = as_tensor(x), as_tensor(positions)
+        check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
         _check_positions(positions)
         _check_shapes(x.shape, positions.shape, _spec_plan(self.rotary_dim, self.base, self.scaling, self.layout,

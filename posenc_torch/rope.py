@@ -29,7 +29,7 @@ import torch
 
 from posenc_np._freeze import freeze as _freeze, thaw as _thaw
 from posenc_np._modules import RotaryConfig
-from posenc_np._validate import check_heads_divide, check_integer_dtype, check_rope_input
+from posenc_np._validate import check_float_dtype, check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.mrope import check_mrope_positions
 from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
@@ -473,6 +473,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
         if out is not None:
             _check_out(x, out)
         return _rotate_prepared(x, positions, prepared, layout, out)
+    check_float_dtype("x", x.dtype, x.is_floating_point())  # an integer x is never prepared (_EAGER)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
     mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
@@ -576,6 +577,7 @@ class RotaryEmbedding(torch.nn.Module):
         return consts
 
     def forward(self, x, positions):
+        check_float_dtype("x", x.dtype, x.is_floating_point())
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
         positions = as_tensor(positions, device=x.device)
         _check_positions(positions)
