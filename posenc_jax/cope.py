@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posenc_np._modules import CoPEConfig
+from posenc_np._validate import check_float_dtype
 from posenc_np.cope import check_cope_shapes
 
 __all__ = ["cope", "CoPE"]
@@ -15,6 +16,9 @@ __all__ = ["cope", "CoPE"]
 def cope(query, attn_logits, pos_emb):
     """`[..., q, k]` CoPE position logits in float32, returned in the query's dtype; see `posenc_np.cope`."""
     query, attn_logits, pos_emb = jnp.asarray(query), jnp.asarray(attn_logits), jnp.asarray(pos_emb)
+    check_float_dtype("query", query.dtype, jnp.issubdtype(query.dtype, jnp.floating))
+    check_float_dtype("attn_logits", attn_logits.dtype, jnp.issubdtype(attn_logits.dtype, jnp.floating))
+    check_float_dtype("pos_emb", pos_emb.dtype, jnp.issubdtype(pos_emb.dtype, jnp.floating))
     max_pos = check_cope_shapes(query.shape, attn_logits.shape, pos_emb.shape)
     gates = jax.nn.sigmoid(attn_logits.astype(jnp.float32))
     positions = jnp.minimum(jnp.flip(jnp.cumsum(jnp.flip(gates, -1), -1), -1), max_pos - 1)

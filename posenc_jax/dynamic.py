@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
+from posenc_np._validate import check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
 from posenc_np._modules import DynamicConfig
 
@@ -20,6 +21,7 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
     passes `kernel.T`). float32 compute, one cast to x's dtype. Works under jax.jit.
     """
     x = jnp.asarray(x)
+    check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
     check_dynamic_args(x.shape, weight.shape, bias.shape, base, layout, denominator)
     dim = x.shape[-1]
     table = sinusoidal(jnp.arange(x.shape[-2]), dim, base=base, layout=layout, denominator=denominator)
@@ -28,8 +30,10 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
 
 
 def nope(x):
-    """NoPE: `x` unchanged; see `posenc_np.nope`."""
-    return jnp.asarray(x)
+    """NoPE: `x` unchanged; see `posenc_np.nope` (a float array: an integer one is a TypeError)."""
+    x = jnp.asarray(x)
+    check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
+    return x
 
 
 class DynamicPositionEncoding(nnx.Module):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from posenc_np._validate import check_positive_int
+from posenc_np._validate import check_float_dtype, check_positive_int
 from posenc_np.mla import mla_rope_permutation, mla_softmax_scale
 
 from .rope import apply_rope
@@ -20,6 +20,8 @@ def apply_mla_rope(q, k_pe, positions, *, qk_nope_head_dim, rotary_dim, base=100
     """Rotate the trailing `rotary_dim` channels of `q` and the single-head `k_pe`; see `posenc_np.apply_mla_rope`."""
     nope = check_positive_int("qk_nope_head_dim", qk_nope_head_dim, minimum=0)
     rope = check_positive_int("rotary_dim", rotary_dim, minimum=2)
+    check_float_dtype("q", q.dtype, jnp.issubdtype(q.dtype, jnp.floating))
+    check_float_dtype("k_pe", k_pe.dtype, jnp.issubdtype(k_pe.dtype, jnp.floating))
     if q.shape[-1] != nope + rope:
         raise ValueError(f"q has last axis {q.shape[-1]}; qk_nope_head_dim + qk_rope_head_dim = "
                          f"{nope} + {rope} = {nope + rope}")

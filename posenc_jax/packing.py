@@ -17,7 +17,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from posenc_np._validate import check_cu_seqlens_shape, check_float_dtype
 from posenc_np.packing import check_axis, check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args
+from posenc_np.packing import check_document_index
 from posenc_np.packing import check_total, cp_rank_order
 from posenc_np.packing import cp_indices as spec_cp_indices
 from posenc_np.rope import resolve_rotary_dim, rope_plan
@@ -46,8 +48,9 @@ def _cp_args(world_size, rank, strategy):
 
 def _cu(cu_seqlens):
     cu = jnp.asarray(cu_seqlens)
-    if not jnp.issubdtype(cu.dtype, jnp.integer) or cu.ndim != 1:
-        raise TypeError(f"cu_seqlens must be a 1-D integer array, got dtype {cu.dtype} shape {cu.shape}")
+    if not jnp.issubdtype(cu.dtype, jnp.integer):
+        raise TypeError(f"cu_seqlens must be a 1-D integer array, got dtype {cu.dtype}")
+    check_cu_seqlens_shape(cu.shape)  # the spec's ValueError: a shape is static, checked under jit too
     if not is_tracing(cu):
         check_cu_seqlens(np.asarray(cu))
     return cu
@@ -94,10 +97,14 @@ def document_mask(cu_seqlens, *, causal=False, total=None):
 
 
 def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False):
-    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`."""
+    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`.
+
+    Eagerly, indices (the bias's axes when None) outside `[0, cu_seqlens[-1])` raise the spec's ValueError.
+    Under jax.jit, where values cannot raise, such an index belongs to no document: its row or column
+    is -inf against every token of the packed row.
+    """
     bias = jnp.asarray(bias)
-    if not jnp.issubdtype(bias.dtype, jnp.floating):
-        raise TypeError(f"bias must be a float array, got {bias.dtype}")
+    check_float_dtype("bias", bias.dtype, jnp.issubdtype(bias.dtype, jnp.floating))
     if bias.ndim < 2:
         raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
     if not isinstance(causal, bool):
@@ -109,6 +116,8 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
         if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != (size,):
             raise ValueError(f"{name} must be an integer [{size}] array to match bias {bias.shape}, "
                              f"got {index.dtype} shape {index.shape}")
+        if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
+            check_document_index(name, np.asarray(index), int(cu[-1]))
         indices.append(index.astype(cu.dtype))
     q_idx, k_idx = indices
     keep = _doc(cu, q_idx)[:, None] == _doc(cu, k_idx)[None, :]
@@ -192,8 +201,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
     """
     check_rerotate_args(scaling, mrope_section)
     k = jnp.asarray(k)
-    if not jnp.issubdtype(k.dtype, jnp.floating):
-        raise TypeError(f"k must be a float array, got {k.dtype}")
+    check_float_dtype("k", k.dtype, jnp.issubdtype(k.dtype, jnp.floating))
     rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
     scale = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout).attention_scale
     delta = jnp.asarray(delta)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from posenc_np._validate import check_float_dtype
 from posenc_np.xpos import check_xpos_args, xpos_zeta
 
 from ._common import resolve_dtype, spec_constant
@@ -32,6 +33,7 @@ def apply_xpos(x, positions, *, kind="query", base=10000.0, layout="interleaved"
                center=0):
     """RoPE then the xPos scale (inverse for keys); see `posenc_np.apply_xpos`. float32, one final cast."""
     x = jnp.asarray(x)
+    check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
     dim = check_xpos_args(x.shape[-1], scale_base, gamma, center, kind, layout)
     positions = jnp.asarray(positions)
     rotated = apply_rope(x.astype(jnp.float32), positions, base=base, layout=layout)

@@ -27,6 +27,14 @@ def _mask(q, k):
     return spec_constant(("causal_mask", q_len, k_len), lambda: causal_mask(q_len, k_len), dtype=tf.bool)
 
 
+def _softmax(logits):
+    """`tf.nn.softmax` with the spec's rule for non-finite logits (`posenc_np.attention`): a row holding NaN
+    or +inf is NaN throughout. TF's CPU kernel keeps finite weights beside such entries (0 where the spec
+    has NaN: fuzzing found it), so those rows are set explicitly; one `where`, no branch on data."""
+    poisoned = tf.reduce_any(tf.math.is_nan(logits) | tf.equal(logits, float("inf")), axis=-1, keepdims=True)
+    return tf.where(poisoned, tf.constant(float("nan"), logits.dtype), tf.nn.softmax(logits, axis=-1))
+
+
 def attention(q, k, v, *, bias=None, causal=False, scale=None):
     """`(out, weights)`; see `posenc_np.attention`. float16/bfloat16 are computed in float32."""
     scale = check_attention_args(q.shape, k.shape, v.shape, causal=causal, scale=scale)
@@ -37,7 +45,7 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
         logits = logits + tf.cast(bias, compute)
     if causal:
         logits = tf.where(_mask(q, k), logits, tf.constant(float("-inf"), compute))
-    weights = tf.nn.softmax(logits, axis=-1)
+    weights = _softmax(logits)
     out = tf.einsum("...qk,...kd->...qd", weights, tf.cast(v, compute))
     out_dtype = q.dtype if q.dtype.is_floating else compute  # integer inputs: float32, never rounded to ints
     return tf.cast(out, out_dtype), tf.cast(weights, out_dtype)

@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from posenc_np._modules import CoPEConfig
+from posenc_np._validate import check_float_dtype
 from posenc_np.cope import check_cope_shapes
 
 from ._common import as_tensor, register_serializable
@@ -16,6 +17,9 @@ __all__ = ["cope", "CoPE"]
 def cope(query, attn_logits, pos_emb):
     """`[..., q, k]` CoPE position logits in float32, returned in the query's dtype; see `posenc_np.cope`."""
     query, attn_logits, pos_emb = as_tensor(query), as_tensor(attn_logits), as_tensor(pos_emb)
+    check_float_dtype("query", tf.as_dtype(query.dtype).name, tf.as_dtype(query.dtype).is_floating)
+    check_float_dtype("attn_logits", tf.as_dtype(attn_logits.dtype).name, tf.as_dtype(attn_logits.dtype).is_floating)
+    check_float_dtype("pos_emb", tf.as_dtype(pos_emb.dtype).name, tf.as_dtype(pos_emb.dtype).is_floating)
     max_pos = check_cope_shapes(query.shape, attn_logits.shape, pos_emb.shape)
     gates = tf.sigmoid(tf.cast(attn_logits, tf.float32))
     positions = tf.minimum(tf.reverse(tf.cumsum(tf.reverse(gates, [-1]), -1), [-1]), float(max_pos - 1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from posenc_np._validate import check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
 from posenc_np._modules import DynamicConfig
 
@@ -21,6 +22,7 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
     `tf.transpose(kernel)`). float32 compute, one cast to x's dtype. Works in tf.function(jit_compile=True).
     """
     x = as_tensor(x)
+    check_float_dtype("x", tf.as_dtype(x.dtype).name, tf.as_dtype(x.dtype).is_floating)
     check_dynamic_args(x.shape, weight.shape, bias.shape, base, layout, denominator)
     dim = x.shape[-1]
     table = sinusoidal(tf.range(tf.shape(x)[-2]), dim, base=base, layout=layout, denominator=denominator)
@@ -29,8 +31,10 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
 
 
 def nope(x):
-    """NoPE: `x` unchanged; see `posenc_np.nope`."""
-    return tf.identity(as_tensor(x))
+    """NoPE: `x` unchanged; see `posenc_np.nope` (a float tensor: an integer one is a TypeError)."""
+    x = as_tensor(x)
+    check_float_dtype("x", tf.as_dtype(x.dtype).name, tf.as_dtype(x.dtype).is_floating)
+    return tf.identity(x)
 
 
 @register_serializable

@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from posenc_np._validate import check_cu_seqlens_shape, check_float_dtype
 from posenc_np.packing import check_axis, check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args
+from posenc_np.packing import check_document_index
 from posenc_np.packing import check_total, cp_rank_order
 from posenc_np.packing import cp_indices as spec_cp_indices
 from posenc_np.rope import resolve_rotary_dim, rope_plan
@@ -46,8 +48,9 @@ def _cp_args(world_size, rank, strategy):
 
 def _cu(cu_seqlens):
     cu = as_tensor(cu_seqlens)
-    if not cu.dtype.is_integer or cu.shape.rank != 1:
-        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype} shape {cu.shape}")
+    if not cu.dtype.is_integer:
+        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype}")
+    check_cu_seqlens_shape(cu.shape.as_list() if cu.shape.rank is not None else (None, None))  # spec's ValueError
     if not is_tracing(cu):
         check_cu_seqlens(cu.numpy())
     return cu
@@ -95,10 +98,14 @@ def document_mask(cu_seqlens, *, causal=False, total=None):
 
 
 def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False):
-    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`."""
+    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`.
+
+    Eagerly, indices (the bias's axes when None) outside `[0, cu_seqlens[-1])` raise the spec's ValueError.
+    Under tf.function, where values cannot raise, such an index belongs to no document: its row or column
+    is -inf against every token of the packed row.
+    """
     bias = as_tensor(bias)
-    if not bias.dtype.is_floating:
-        raise TypeError(f"bias must be a float tensor, got {bias.dtype}")
+    check_float_dtype("bias", tf.as_dtype(bias.dtype).name, tf.as_dtype(bias.dtype).is_floating)
     if bias.shape.rank < 2:
         raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
     if not isinstance(causal, bool):
@@ -110,6 +117,8 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
         if not index.dtype.is_integer or tuple(index.shape) != (size,):
             raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias.shape)}, "
                              f"got {index.dtype} shape {tuple(index.shape)}")
+        if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
+            check_document_index(name, index.numpy(), int(cu[-1]))
         indices.append(tf.cast(index, cu.dtype))
     q_idx, k_idx = indices
     keep = tf.equal(_doc(cu, q_idx)[:, None], _doc(cu, k_idx)[None, :])
@@ -193,8 +202,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
     """
     check_rerotate_args(scaling, mrope_section)
     k = as_tensor(k)
-    if not k.dtype.is_floating:
-        raise TypeError(f"k must be a float tensor, got {k.dtype}")
+    check_float_dtype("k", tf.as_dtype(k.dtype).name, tf.as_dtype(k.dtype).is_floating)
     rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
     scale = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout).attention_scale
     delta = as_tensor(delta)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from posenc_np._validate import check_float_dtype
 from posenc_np.xpos import check_xpos_args, xpos_zeta
 
 from ._common import as_tensor, resolve_dtype, spec_constant
@@ -34,6 +35,7 @@ def apply_xpos(x, positions, *, kind="query", base=10000.0, layout="interleaved"
                center=0):
     """RoPE then the xPos scale (inverse for keys); see `posenc_np.apply_xpos`. float32, one final cast."""
     x = as_tensor(x)
+    check_float_dtype("x", tf.as_dtype(x.dtype).name, tf.as_dtype(x.dtype).is_floating)
     dim = check_xpos_args(x.shape[-1], scale_base, gamma, center, kind, layout)
     positions = as_tensor(positions)
     rotated = apply_rope(tf.cast(x, tf.float32), positions, base=base, layout=layout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from posenc_np._modules import CoPEConfig
+from posenc_np._validate import check_float_dtype
 from posenc_np.cope import check_cope_shapes
 
 from ._common import as_tensor
@@ -21,6 +22,9 @@ def cope(query, attn_logits, pos_emb):
     """
     pos_emb = as_tensor(pos_emb)
     query, attn_logits = as_tensor(query, device=pos_emb.device), as_tensor(attn_logits, device=pos_emb.device)
+    check_float_dtype("query", query.dtype, query.is_floating_point())
+    check_float_dtype("attn_logits", attn_logits.dtype, attn_logits.is_floating_point())
+    check_float_dtype("pos_emb", pos_emb.dtype, pos_emb.is_floating_point())
     max_pos = check_cope_shapes(query.shape, attn_logits.shape, pos_emb.shape)
     gates = torch.sigmoid(attn_logits.float())
     positions = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=max_pos - 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from posenc_np._validate import check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
 from posenc_np._modules import DynamicConfig
 
@@ -22,6 +23,7 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
     """
     weight = as_tensor(weight)
     x, bias = as_tensor(x, device=weight.device), as_tensor(bias, device=weight.device)
+    check_float_dtype("x", x.dtype, x.is_floating_point())
     check_dynamic_args(x.shape, weight.shape, bias.shape, base, layout, denominator)
     dim = x.shape[-1]
     positions = torch.arange(x.shape[-2], device=x.device)
@@ -31,7 +33,9 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
 
 
 def nope(x):
-    """NoPE: `x` unchanged; see `posenc_np.nope`."""
+    """NoPE: `x` unchanged; see `posenc_np.nope` (a float tensor: an integer one is a TypeError)."""
+    x = as_tensor(x)
+    check_float_dtype("x", x.dtype, x.is_floating_point())
     return x
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from posenc_np._validate import check_cu_seqlens_shape, check_float_dtype
 from posenc_np.packing import check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args, check_total
+from posenc_np.packing import check_document_index
 from posenc_np.packing import cp_indices as spec_cp_indices
 from posenc_np.packing import check_axis, cp_rank_order
 from posenc_np.rope import resolve_rotary_dim, rope_plan
@@ -45,8 +47,9 @@ def _cp_args(world_size, rank, strategy):
 
 def _cu(cu_seqlens, *, device=None):
     cu = as_tensor(cu_seqlens, device=device)
-    if cu.is_floating_point() or cu.is_complex() or cu.dtype == torch.bool or cu.ndim != 1:
-        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype} shape {tuple(cu.shape)}")
+    if cu.is_floating_point() or cu.is_complex() or cu.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype}")
+    check_cu_seqlens_shape(cu.shape)  # the spec's ValueError: a shape is static, checked under compile too
     if not is_tracing(cu):
         check_cu_seqlens(cu.detach().cpu().numpy())
     return cu
@@ -95,9 +98,13 @@ def document_mask(cu_seqlens, *, causal=False, total=None):
 
 
 def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False):
-    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`."""
-    if not bias.is_floating_point():
-        raise TypeError(f"bias must be a float tensor, got {bias.dtype}")
+    """`bias` with cross-document entries set to -inf; see `posenc_np.document_bias`.
+
+    Eagerly, indices (the bias's axes when None) outside `[0, cu_seqlens[-1])` raise the spec's ValueError.
+    Under torch.compile, where values cannot raise, such an index belongs to no document: its row or column
+    is -inf against every token of the packed row.
+    """
+    check_float_dtype("bias", bias.dtype, bias.is_floating_point())
     if bias.ndim < 2:
         raise ValueError(f"bias must be [..., q, k], got shape {tuple(bias.shape)}")
     if not isinstance(causal, bool):
@@ -109,6 +116,8 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
         if index.is_floating_point() or tuple(index.shape) != (size,):
             raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias.shape)}, "
                              f"got {index.dtype} shape {tuple(index.shape)}")
+        if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
+            check_document_index(name, index.detach().cpu().numpy(), int(cu[-1]))
         indices.append(index.to(cu.dtype))
     q_idx, k_idx = indices
     keep = _doc(cu, q_idx)[:, None] == _doc(cu, k_idx)[None, :]
@@ -203,8 +212,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
     Computed in float32 (half-precision keys are rotated in float32 and rounded once).
     """
     check_rerotate_args(scaling, mrope_section)
-    if not k.is_floating_point():
-        raise TypeError(f"k must be a float tensor, got {k.dtype}")
+    check_float_dtype("k", k.dtype, k.is_floating_point())
     rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
     scale = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout).attention_scale
     delta = as_tensor(delta, device=k.device)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from posenc_np._validate import check_float_dtype
 from posenc_np.xpos import check_xpos_args
 
 from ._common import as_tensor, is_tracing, resolve_dtype
@@ -38,6 +39,7 @@ def apply_xpos(x, positions, *, kind="query", base=10000.0, layout="interleaved"
     Rotation and scale are float32 (half-precision x is widened) and the result is rounded once to
     x's dtype. Works under torch.compile(fullgraph=True); positions are data.
     """
+    check_float_dtype("x", x.dtype, x.is_floating_point())
     dim = check_xpos_args(x.shape[-1], scale_base, gamma, center, kind, layout)
     positions = as_tensor(positions, device=x.device)
     rotated = apply_rope(x.float(), positions, base=base, layout=layout)
