@@ -95,7 +95,8 @@ for _strategy in CP_STRATEGIES:
     register(Case("cp_shard", _strategy, "packed",
                   lambda rng, dtype: ((_qkv_like(rng, dtype, (2, SEQ, 4)), CU), {}),
                   _exact, fn=lambda m, x, cu, s=_strategy: _shards(m, x, cu, strategy=s), dtypes=ONE_DTYPE,
-                  modes=JIT, description=f"{_strategy} per document of cu_seqlens {CU.tolist()} over {WORLD} ranks"))
+                  modes=JIT if _strategy == "zigzag" else ("eager",),  # jit budget: as the sharded RoPE below
+                  description=f"{_strategy} per document of cu_seqlens {CU.tolist()} over {WORLD} ranks"))
 
 
 def _rope_tol(desired, dtype, args):
