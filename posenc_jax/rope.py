@@ -237,13 +237,13 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     `mrope_section` (multi-axis RoPE) `[A, ...]`, the angles always computed (double-float per axis).
     """
     x = as_tensor(x)
-    check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
     mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
     _check_shapes(x.shape, positions.shape, _spec_plan(rotary_dim, base, scaling, layout, mrope))
     kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
+    check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))  # after the parameters, as the spec
     table = _spec_table(rotary_dim, base, scaling) if kind == "static" and positions.size and mrope is None else None
     return _apply(x, positions, consts, table, kind=kind, rotary_dim=rotary_dim, layout=layout)
 
@@ -285,8 +285,8 @@ class RotaryEmbedding(nnx.Module):
 
     def __call__(self, x, positions):
         x, positions = as_tensor(x), as_tensor(positions)
-        check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
+        check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))
         _check_positions(positions)
         _check_shapes(x.shape, positions.shape, _spec_plan(self.rotary_dim, self.base, self.scaling, self.layout,
                                                            self._mrope))

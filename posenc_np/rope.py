@@ -365,11 +365,11 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     """
     x = np.asarray(x)
     out_dtype = x.dtype
-    check_float_dtype("x", out_dtype)
     positions = check_integer_positions("positions", positions)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
                      mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+    check_float_dtype("x", out_dtype)  # after the parameters, as a RotaryEmbedding built from them
     if plan.num_axes is not None:
         check_mrope_positions(positions.shape, plan.num_axes)
         check_rope_shapes(x.shape, positions.shape[1:])

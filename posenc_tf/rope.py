@@ -204,11 +204,11 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     `mrope_section` (multi-axis RoPE) `[A, ...]`, the angles always computed (float64 reduction per axis).
     """
     x, positions = as_tensor(x), as_tensor(positions)
-    check_float_dtype("x", x.dtype.name, x.dtype.is_floating)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
     mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
     kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
+    check_float_dtype("x", x.dtype.name, x.dtype.is_floating)  # after the parameters, as the spec
     _check_shapes(x, positions, consts)
     table = _spec_table(rotary_dim, base, scaling) if kind == "static" and mrope is None else None
     cos, sin = _gather_or_compute(positions, table, kind, consts)
@@ -262,8 +262,8 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def call(self, x, positions):
         x = as_tensor(x)
-        check_float_dtype("x", x.dtype.name, x.dtype.is_floating)
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
+        check_float_dtype("x", x.dtype.name, x.dtype.is_floating)
         positions = as_tensor(positions)
         _check_positions(positions)
         kind, consts = _plan(self.rotary_dim, self.base, self.scaling, self.layout, self._mrope)

@@ -185,7 +185,7 @@ def _check_out(x, out):
         got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ValueError(f"out must be a tensor of x's shape, dtype and device {(tuple(x.shape), x.dtype, x.device)}, "
                          f"got {got}")
-    if out is not x and not is_tracing() and (
+    if out is not x and not is_tracing() and x.numel() and (  # empty tensors hold no memory (data_ptr 0)
             out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
         raise ValueError("out shares memory with x without being x; pass out=x for an in-place rotation")
 
@@ -473,11 +473,11 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
         if out is not None:
             _check_out(x, out)
         return _rotate_prepared(x, positions, prepared, layout, out)
-    check_float_dtype("x", x.dtype, x.is_floating_point())  # an integer x is never prepared (_EAGER)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
     mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
     kind, consts = _plan(rotary_dim, base, scaling, layout, x.device, mrope)
+    check_float_dtype("x", x.dtype, x.is_floating_point())  # after the parameters, as the spec; never _EAGER
     _check_shapes(x.shape, positions.shape, consts)
     if out is not None:
         _check_out(x, out)
@@ -577,8 +577,8 @@ class RotaryEmbedding(torch.nn.Module):
         return consts
 
     def forward(self, x, positions):
-        check_float_dtype("x", x.dtype, x.is_floating_point())
         check_rope_input(x.shape[-1], self.rotary_dim, self.head_dim)
+        check_float_dtype("x", x.dtype, x.is_floating_point())
         positions = as_tensor(positions, device=x.device)
         _check_positions(positions)
         consts = self._consts()
