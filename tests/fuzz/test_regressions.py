@@ -12,7 +12,7 @@ import pytest
 import posenc_np as pn
 from harness import make_module as _make
 from helpers import assert_close
-from posenc_np.testing import tolerance
+from posenc_np.testing import compare, tolerance
 
 
 def _framework(backend):
@@ -61,46 +61,129 @@ def test_jax_adapter_refuses_integers_beyond_int32():
     assert adapter("jax").from_numpy(np.array([2**31 - 1])).dtype.name == "int32"
 
 
-# --- open bugs (fuzz_table.KNOWN): strict xfails, so a fix shows up as XPASS and the entry is removed -----
+# --- bugs found with the first fuzz runs, fixed after them (they were fuzz_table.KNOWN entries) ------------
 
-OPEN = pytest.mark.xfail(strict=True, reason="open bug found by the fuzz tests, docs/reliability.md")
+_X_INT = np.arange(8, dtype=np.int32).reshape(2, 4)
+_FLOAT_ARGUMENT_CALLS = {  # name -> (argument the message names, args with that argument integer, kwargs)
+    "apply_rope": ("x", lambda i: (i, np.arange(2)), {}),
+    "rerotate": ("k", lambda i: (i, np.array(1)), {}),
+    "apply_xpos": ("x", lambda i: (i, np.arange(2)), {}),
+    "nope": ("x", lambda i: (i,), {}),
+    "dynamic_position_encoding": ("x", lambda i: (i, np.eye(4, dtype=np.float32), np.zeros(4, np.float32)), {}),
+    "apply_mla_rope": ("q", lambda i: (np.zeros((2, 6), i.dtype), np.zeros((2, 4), np.float32), np.arange(2)),
+                       {"qk_nope_head_dim": 2, "rotary_dim": 4}),
+    "cope": ("query", lambda i: (i, np.zeros((2, 2), np.float32), np.zeros((3, 4), np.float32)), {}),
+}
 
 
-@OPEN
-def test_spec_integer_x_is_a_type_error_naming_x():
-    with pytest.raises(TypeError, match=r"\bx\b"):
-        pn.apply_rope(np.arange(8, dtype=np.int32).reshape(2, 4), np.arange(2))
-
-
-@OPEN
-def test_backend_integer_x_is_refused(backend):
+@pytest.mark.parametrize("name", sorted(_FLOAT_ARGUMENT_CALLS))
+@pytest.mark.parametrize("dtype", [np.int32, np.bool_])
+def test_integer_or_bool_where_a_float_is_expected_is_a_type_error_naming_it(backend, name, dtype):
+    """Integer/bool x: the spec raised ValueError "dtype=dtype('int32') is not one of [...]" (no argument
+    named), the backends rotated and returned integers (cope: accepted an integer query). Now one
+    `_validate.check_float_dtype` TypeError everywhere, naming the argument."""
     backend = _framework(backend)
-    with pytest.raises((TypeError, ValueError)):
-        backend.module.apply_rope(backend.from_numpy(np.arange(8, dtype=np.int32).reshape(2, 4)),
-                                  backend.from_numpy(np.arange(2)))
+    argument, make_args, kwargs = _FLOAT_ARGUMENT_CALLS[name]
+    args = make_args(_X_INT.astype(dtype))
+    match = rf"^{argument} must be a float array"
+    with pytest.raises(TypeError, match=match):
+        getattr(pn, name)(*args, **kwargs)
+    with pytest.raises(TypeError, match=match):
+        backend.call(name, args, kwargs)
 
 
-@OPEN
-def test_backend_document_bias_with_a_mismatched_key_axis_raises(backend):
+def test_rotary_embedding_refuses_an_integer_x(backend):
     backend = _framework(backend)
-    with pytest.raises(ValueError):
-        backend.module.document_bias(backend.from_numpy(np.zeros((5, 6))), backend.from_numpy(np.array([0, 3, 5])))
+    module = _make(backend, backend.module.RotaryEmbedding, (4,), {})
+    with pytest.raises(TypeError, match="x must be a float array"):  # Keras wraps it (bold)
+        module(backend.from_numpy(_X_INT), backend.from_numpy(np.arange(2)))
 
 
-@OPEN
-def test_backend_two_dimensional_cu_seqlens_is_a_value_error_as_in_the_spec(backend):
+def test_document_bias_wider_than_the_packed_row_raises_eagerly_and_is_masked_under_jit(backend, jit_cache,
+                                                                                       aot_eager):
+    """A [5, 6] bias with cu_seqlens [0, 3, 5]: the spec raised (k_index 5 outside the row), the backends
+    returned a result. Eagerly they raise the spec's error; under jit (values cannot raise) the column of
+    index 5 belongs to no document and is -inf in every row, as their docstrings state."""
     backend = _framework(backend)
-    with pytest.raises(ValueError):
-        backend.module.positions_from_cu_seqlens(backend.from_numpy(np.array([[0, 2], [0, 3]])))
+    bias, cu = np.zeros((5, 6), np.float32), np.array([0, 3, 5])
+    for call in (lambda: pn.document_bias(bias, cu), lambda: backend.call("document_bias", (bias, cu), {})):
+        with pytest.raises(ValueError, match=r"k_index must lie in \[0, cu_seqlens\[-1\]=5\)"):
+            call()
+    out = backend.call("document_bias", (bias, cu), {}, mode="jit", cache=jit_cache, compile_backend=aot_eager)
+    assert np.all(np.isneginf(out[:, 5]))
+    np.testing.assert_array_equal(out[:, :5], pn.document_bias(bias[:, :5], cu))
 
 
-@OPEN
-def test_spec_llama4_attn_scale_refuses_negative_positions():
-    with pytest.raises(ValueError, match="positions"):
-        pn.llama4_attn_scale(np.array([-3, 0]))
+@pytest.mark.parametrize("name", ["positions_from_cu_seqlens", "document_ids", "document_mask"])
+def test_two_dimensional_cu_seqlens_is_the_specs_value_error(backend, name):
+    """2-D cu_seqlens: ValueError in the spec, TypeError in the backends. Now the same ValueError and
+    message (`_validate.check_cu_seqlens_shape`); a shape, so under jit too."""
+    backend = _framework(backend)
+    cu = np.array([[0, 2], [0, 3]])
+    with pytest.raises(ValueError) as spec_error:
+        getattr(pn, name)(cu)
+    with pytest.raises(ValueError) as backend_error:
+        backend.call(name, (cu,), {})
+    assert str(backend_error.value) == str(spec_error.value)
+    assert str(spec_error.value).startswith("cu_seqlens must be a 1-D array")
 
 
-@OPEN
-def test_spec_randomized_positions_refuses_nan_noise():
-    with pytest.raises(ValueError, match="noise"):
-        pn.randomized_positions(np.array([[0.1, np.nan, 0.5, 0.7]]), 2)
+def test_llama4_attn_scale_refuses_negative_positions_and_gives_nan_under_jit(backend, jit_cache, aot_eager):
+    """Negative positions gave -inf (p = -2) or NaN scales in every package. The spec and eager backends
+    raise ValueError naming positions; under jit a negative position gives NaN (documented)."""
+    backend = _framework(backend)
+    positions = np.array([-3, -1, 0, 8191], np.int32)
+    with pytest.raises(ValueError, match="^positions must be >= 0"):
+        pn.llama4_attn_scale(positions)
+    with pytest.raises(ValueError, match="^positions must be >= 0"):
+        backend.call("llama4_attn_scale", (positions,), {})
+    out = backend.call("llama4_attn_scale", (positions,), {}, mode="jit", cache=jit_cache, compile_backend=aot_eager)
+    assert np.isnan(out[:2]).all()
+    assert compare(out[2:], pn.llama4_attn_scale(positions[2:]), tolerance("float32")).passed
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_randomized_positions_refuses_non_finite_noise_and_gives_minus_one_rows_under_jit(backend, bad, jit_cache,
+                                                                                         aot_eager):
+    """NaN noise was ordered differently per framework (NumPy sorts NaN last, torch.topk/lax.top_k first).
+    Now the spec and eager backends raise ValueError naming noise; under jit a row holding NaN/inf
+    returns -1 in every position (documented), the other rows the spec's positions."""
+    backend = _framework(backend)
+    noise = np.array([[0.1, bad, 0.5, 0.7], [0.1, 0.9, 0.3, 0.7]], np.float32)
+    with pytest.raises(ValueError, match="^noise must be finite"):
+        pn.randomized_positions(noise, 2)
+    with pytest.raises(ValueError, match="^noise must be finite"):
+        backend.call("randomized_positions", (noise, 2), {})
+    out = backend.call("randomized_positions", (noise, 2), {}, mode="jit", cache=jit_cache, compile_backend=aot_eager)
+    np.testing.assert_array_equal(out, [[-1, -1], pn.randomized_positions(noise[1], 2)])
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_attention_with_non_finite_q_has_nan_where_the_spec_has(backend, bad):
+    """inf in q: TF's softmax kept finite weights (0) beside the NaN where the spec (and torch, JAX) has a
+    row of NaN. The rule is in `posenc_np.attention`'s docstring: a row whose logits hold NaN or +inf is
+    NaN throughout; the other rows equal the spec."""
+    backend = _framework(backend)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((1, 3, 4), (1, 4, 4), (1, 4, 2)))
+    q[0, 1, 2] = bad
+    with np.errstate(all="ignore"):
+        desired = pn.attention(q, k, v)
+    for got, want in zip(backend.call("attention", (q, k, v), {}), desired):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert np.isnan(want[0, 1]).all() and not np.isnan(want[0, [0, 2]]).any()
+        assert compare(got[0, [0, 2]], want[0, [0, 2]], tolerance("float32", max_angle=20.0, scale=5.0)).passed
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_no_positions_rotate_an_empty_sequence(backend, layout):
+    """torch's apply_rope / apply_mla_rope with no positions and layout="interleaved" reshaped an empty
+    cos/sin table to (0, -1): a NumPy ValueError. Every backend returns the spec's empty result."""
+    backend = _framework(backend)
+    x, positions = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+    assert backend.call("apply_rope", (x, positions), {"layout": layout}).shape == pn.apply_rope(x, positions).shape
+    q_rot, k_rot = backend.call("apply_mla_rope", (np.zeros((0, 6), np.float32), x, positions),
+                                {"qk_nope_head_dim": 2, "rotary_dim": 4, "layout": layout})
+    assert q_rot.shape == (0, 6) and k_rot.shape == (0, 4)
+    module = _make(backend, backend.module.RotaryEmbedding, (4,), {"layout": layout})
+    assert backend.to_numpy(module(backend.from_numpy(x), backend.from_numpy(positions))).shape == (0, 4)
