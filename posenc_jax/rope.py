@@ -241,9 +241,10 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     positions = as_tensor(positions)
     _check_positions(positions)
     mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
-    _check_shapes(x.shape, positions.shape, _spec_plan(rotary_dim, base, scaling, layout, mrope))
-    kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
+    plan = _spec_plan(rotary_dim, base, scaling, layout, mrope)
     check_float_dtype("x", x.dtype, jnp.issubdtype(x.dtype, jnp.floating))  # after the parameters, as the spec
+    _check_shapes(x.shape, positions.shape, plan)
+    kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
     table = _spec_table(rotary_dim, base, scaling) if kind == "static" and positions.size and mrope is None else None
     return _apply(x, positions, consts, table, kind=kind, rotary_dim=rotary_dim, layout=layout)
 

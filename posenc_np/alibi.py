@@ -117,5 +117,7 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=N
     elif form == "causal":
         bias = -slopes * (i - j)
     else:
-        bias = slopes * j + 0.0 * i  # + 0 * i: the full [..., q, k] shape, like the other forms
+        # + zeros_like(i): the full [..., q, k] shape, like the other forms, without q's values (0 * NaN or
+        # 0 * inf would be NaN: the bias depends on key positions only, as torch and JAX compute it)
+        bias = slopes * j + np.zeros_like(i)
     return bias.astype(spec_output_dtype(dtype))

@@ -39,7 +39,8 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=N
     elif form == "causal":
         bias = -tf.cast(slopes, as_float(i).dtype) * as_float(i - j)
     else:
-        bias = tf.cast(slopes, as_float(j).dtype) * as_float(j) + 0 * as_float(i)  # full [..., h, q, k]
+        # + zeros_like(i): the full [..., h, q, k] shape without q's values (0 * NaN is NaN), as the spec
+        bias = tf.cast(slopes, as_float(j).dtype) * as_float(j) + tf.zeros_like(as_float(i))
     return tf.cast(bias, resolve_dtype(dtype))
 
 

@@ -187,3 +187,16 @@ def test_no_positions_rotate_an_empty_sequence(backend, layout):
     assert q_rot.shape == (0, 6) and k_rot.shape == (0, 4)
     module = _make(backend, backend.module.RotaryEmbedding, (4,), {"layout": layout})
     assert backend.to_numpy(module(backend.from_numpy(x), backend.from_numpy(positions))).shape == (0, 4)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_bloom_alibi_bias_does_not_read_query_positions(backend, bad):
+    """Found by the long profile: form="bloom" (`m_h j`, key positions only) formed its [q, k] shape with
+    `+ 0 * i`, so a NaN/inf query position made NaN rows in the spec and TF, while torch and JAX returned
+    the key-only bias. Now every package adds `zeros_like(i)`: the same bias as for finite positions."""
+    backend = _framework(backend)
+    q, k = np.array([bad, 1.0]), np.arange(4.0)
+    desired = pn.alibi_bias(2, np.array([0.0, 1.0]), k, form="bloom")
+    np.testing.assert_array_equal(pn.alibi_bias(2, q, k, form="bloom"), desired)
+    got = backend.to_numpy(backend.module.alibi_bias(2, backend.from_numpy(q), backend.from_numpy(k), form="bloom"))
+    assert compare(got, desired, tolerance("float32", scale=1.0)).passed
