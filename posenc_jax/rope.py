@@ -95,7 +95,8 @@ def _turns(positions, kind, consts):
     """The frequencies in turns for this call as `[4, r/2]` float32 pieces (in-graph for dynamic/longrope)."""
     if kind == "static":
         return jnp.asarray(consts["parts"])
-    seq_len = jnp.max(positions).astype(jnp.float32) + 1
+    # initial: no positions (an empty result) must not fail the reduction; it changes no other maximum
+    seq_len = jnp.max(positions, initial=jnp.iinfo(positions.dtype).min).astype(jnp.float32) + 1
     if kind == "longrope":
         return jnp.where(seq_len > consts["original"], consts["long"], consts["parts"])
     return dynamic_pieces(jnp.maximum(seq_len, consts["original"]), consts)

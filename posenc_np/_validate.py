@@ -136,9 +136,12 @@ def check_position_pair(q_shape, k_shape) -> tuple:
 
 def check_integer_dtype(name: str, dtype, is_integer: bool) -> None:
     """A backend tensor that indexes or counts (positions) must have an integer dtype: its values may
-    not be readable (traced), so the dtype is what can be checked."""
+    not be readable (traced), so the dtype is what can be checked. A float dtype is a ValueError (the
+    spec's class for float positions that are not integers); bool or complex a TypeError, as in the spec
+    (`check_integer_positions`)."""
     if not is_integer:
-        raise ValueError(f"{name} must be an integer array, got dtype {dtype}")
+        floating = any(word in str(dtype) for word in ("float", "half", "double"))
+        raise (ValueError if floating else TypeError)(f"{name} must be an integer array, got dtype {dtype}")
 
 
 def check_rope_input(x_dim: int, rotary_dim: int, head_dim: int | None = None) -> None:

@@ -107,7 +107,7 @@ def _check_positions(positions):
 
 def _turns(positions, kind, consts):
     """float64 frequencies in turns for this call, in-graph for the sequence-length dependent kinds."""
-    if kind == "static":
+    if kind == "static" or positions.numel() == 0:  # no positions: an empty result, whatever the frequencies
         return consts["turns"]
     seq_len = positions.max().to(torch.float64) + 1
     if kind == "longrope":

@@ -200,3 +200,39 @@ def test_bloom_alibi_bias_does_not_read_query_positions(backend, bad):
     np.testing.assert_array_equal(pn.alibi_bias(2, q, k, form="bloom"), desired)
     got = backend.to_numpy(backend.module.alibi_bias(2, backend.from_numpy(q), backend.from_numpy(k), form="bloom"))
     assert compare(got, desired, tolerance("float32", scale=1.0)).passed
+
+
+def test_apply_rope_checks_x_dtype_before_the_shapes(backend):
+    """Found by the long profile: JAX checked the shapes before x's dtype, so an integer x with positions that
+    do not broadcast was a ValueError there and the spec's TypeError elsewhere. One order in every package:
+    parameters, x's dtype, shapes (as a RotaryEmbedding built from the parameters)."""
+    backend = _framework(backend)
+    x, positions = np.zeros((2, 3, 5, 4), np.int32), np.zeros((2, 5), np.int64)  # (2, 5) vs x's (2, 3, 5)
+    with pytest.raises(TypeError, match="^x must be a float array"):
+        pn.apply_rope(x, positions)
+    with pytest.raises(TypeError, match="^x must be a float array"):
+        backend.call("apply_rope", (x, positions), {})
+
+
+@pytest.mark.parametrize("name", ["apply_rope", "rope_cos_sin"])
+def test_bool_positions_are_the_specs_type_error(backend, name):
+    """Found by the long profile (a bfloat16 x slipped past the harness's integer-dtype allowance): bool
+    positions were the spec's TypeError and every backend's ValueError (`_validate.check_integer_dtype`).
+    Now a float dtype stays a ValueError (the spec's class for non-integer float positions), bool a TypeError."""
+    backend = _framework(backend)
+    positions = np.array([True, False])
+    args = (np.zeros((2, 4), np.float32), positions) if name == "apply_rope" else (positions, 4)
+    for call in (lambda: getattr(pn, name)(*args), lambda: backend.call(name, args, {})):
+        with pytest.raises(TypeError, match="positions must be an integer array"):
+            call()
+
+
+def test_no_positions_with_sequence_length_scaling(backend):
+    """Found by the long profile: `dynamic` scaling reads the sequence length as max(positions) + 1; with no
+    positions torch's max() raised RuntimeError and JAX's a ValueError naming no argument. The spec (and TF,
+    whose reduce_max has an identity) returns the empty result."""
+    backend = _framework(backend)
+    x, positions = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+    scaling = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8}
+    assert pn.apply_rope(x, positions, scaling=scaling).shape == (0, 4)
+    assert backend.call("apply_rope", (x, positions), {"scaling": scaling}).shape == (0, 4)
