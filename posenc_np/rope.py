@@ -403,6 +403,10 @@ def rope_permutation(head_dim, *, source, target, rotary_dim=None) -> np.ndarray
 
     Returns:
         int64 `[head_dim]`.
+
+    Example:
+        >>> rope_permutation(8, source="interleaved", target="half")  # Meta -> HF rows of one head
+        array([0, 2, 4, 6, 1, 3, 5, 7])
     """
     head_dim = check_even_dim("head_dim", head_dim)
     r = resolve_rotary_dim(head_dim, rotary_dim)

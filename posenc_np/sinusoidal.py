@@ -32,6 +32,12 @@ def sinusoid_inv_freq(dim: int, *, base: float = 10000.0, denominator: str = "di
         denominator="half-1":  w_i = base ** (-i / (dim/2 - 1))   (tensor2tensor get_timing_signal_1d,
                                                                   fairseq SinusoidalPositionalEmbedding)
     With "half-1" the last channel reaches exactly 1/base; with "dim" it stops at base**(-(dim-2)/dim).
+
+    Example:
+        >>> sinusoid_inv_freq(8)
+        array([1.   , 0.1  , 0.01 , 0.001])
+        >>> sinusoid_inv_freq(8, denominator="half-1")[-1]  # tensor2tensor: the last channel reaches 1/base
+        np.float64(0.0001)
     """
     i = np.arange(dim // 2, dtype=np.float64)
     exponent = 2.0 * i / dim if denominator == "dim" else i / (dim // 2 - 1)

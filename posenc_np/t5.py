@@ -153,6 +153,13 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional=True, num_buckets=
 
     Reference:
         HF models/t5/modeling_t5.py `T5Attention.compute_bias`; Raffel et al. 2019.
+
+    Example:
+        >>> table = np.arange(64.0).reshape(32, 2)  # [num_buckets, heads]
+        >>> t5_bias(table, np.arange(3), np.arange(3))[0]  # head 0: key before query -> buckets 1, 2; after -> 17, 18
+        array([[ 0., 34., 36.],
+               [ 2.,  0., 34.],
+               [ 4.,  2.,  0.]])
     """
     table = np.asarray(table)
     check_t5_args(bidirectional, num_buckets, max_distance)
