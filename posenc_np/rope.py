@@ -10,10 +10,12 @@ dependent scalings need in-graph) from here and implement only the position-depe
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
@@ -433,6 +435,7 @@ def permute_qk_rows(weight, num_heads, *, source, target, rotary_dim=None):
 
 
 def _load_config(config) -> dict:
+    """An HF model config as a fresh dict: from a config.json path, a transformers config or a mapping."""
     if isinstance(config, (str, os.PathLike)):
         try:
             with open(config) as handle:
@@ -440,10 +443,15 @@ def _load_config(config) -> dict:
         except (OSError, json.JSONDecodeError) as error:
             raise ValueError(f"config={str(config)!r} is not a readable config.json: {error}") from error
     if hasattr(config, "to_dict"):  # a transformers PretrainedConfig
-        return config.to_dict()
-    if not isinstance(config, dict):
-        raise TypeError(f"config must be a dict or a config.json path, got {type(config).__name__}")
-    return dict(config)
+        out = config.to_dict()
+        for key in ("head_dim", "layer_types"):  # properties of some config classes (JetMoe, Zamba2)
+            if out.get(key) is None and getattr(config, key, None) is not None:
+                out[key] = getattr(config, key)
+        return out
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, a transformers config or a config.json path, "
+                        f"got {type(config).__name__}")
+    return copy.deepcopy(dict(config))
 
 
 def scaling_from_hf_config(config) -> dict:

@@ -40,11 +40,9 @@ raise `ValueError` naming the key.
 from __future__ import annotations
 
 import copy
-import json
-import os
 from typing import Mapping
 
-from .rope import _MROPE_MODEL_DEFAULTS, _mrope_from_config, resolve_rotary_dim, rope_plan
+from .rope import _MROPE_MODEL_DEFAULTS, _load_config, _mrope_from_config, resolve_rotary_dim, rope_plan
 from .scaling import SCALING_TYPES, resolve_scaling
 
 __all__ = [
@@ -125,25 +123,6 @@ KNOWN_POSITION_KEYS = frozenset({
 _POSITION_MARKERS = ("rope", "rotary", "nope", "mrope", "xdrope")
 # Keys inside a rope_parameters dict that are not scaling parameters.
 _NOT_SCALING = ("rope_theta", "partial_rotary_factor")
-
-
-def _as_dict(config) -> dict:
-    if isinstance(config, (str, os.PathLike)):
-        try:
-            with open(config) as handle:
-                return json.load(handle)
-        except (OSError, json.JSONDecodeError) as error:
-            raise ValueError(f"config={str(config)!r} is not a readable config.json: {error}") from error
-    if hasattr(config, "to_dict"):  # a transformers PreTrainedConfig
-        out = config.to_dict()
-        for key in ("head_dim", "layer_types"):  # properties of some config classes (JetMoe, Zamba2)
-            if out.get(key) is None and getattr(config, key, None) is not None:
-                out[key] = getattr(config, key)
-        return out
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict, a transformers config or a config.json path, "
-                        f"got {type(config).__name__}")
-    return copy.deepcopy(dict(config))
 
 
 def _has_positions(cfg: dict) -> bool:
@@ -308,7 +287,7 @@ def rope_schedule_from_hf_config(config) -> list:
         ...     "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}, "no_rope_layers": [1, 0]})[1] is None
         True
     """
-    cfg = _as_dict(config)
+    cfg = _load_config(config)
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and not _has_positions(cfg):
         cfg = dict(text)
@@ -384,3 +363,21 @@ def rope_schedule_from_hf_config(config) -> list:
                 raise ValueError(f"{here}: {error}") from None
         schedule.append(copy.deepcopy(cache[key]))
     return schedule
+
+
+def modules_per_layer(schedule, build):
+    """`[build(entry) or None for entry in schedule]`, one module per distinct entry (equal entries share it).
+
+    The framework-free half of each backend's `rope_modules_from_schedule`: `build` is the backend's
+    `RotaryEmbedding` constructor with its options bound.
+    """
+    modules, shared = [], {}
+    for entry in schedule:
+        if entry is None:
+            modules.append(None)
+            continue
+        key = repr(sorted(entry.items()))
+        if key not in shared:
+            shared[key] = build(entry)
+        modules.append(shared[key])
+    return modules

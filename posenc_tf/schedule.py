@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from posenc_np.schedule import rope_schedule_from_hf_config
+from posenc_np.schedule import modules_per_layer, rope_schedule_from_hf_config
 
 from .rope import RotaryEmbedding
 
@@ -19,13 +19,4 @@ def rope_modules_from_schedule(schedule, *, max_len=None):
     Returns:
         list like `schedule`: `None` for NoPE layers, else a `posenc_tf.RotaryEmbedding`.
     """
-    modules, shared = [], {}
-    for entry in schedule:
-        if entry is None:
-            modules.append(None)
-            continue
-        key = repr(sorted(entry.items()))
-        if key not in shared:
-            shared[key] = RotaryEmbedding(**entry, max_len=max_len)
-        modules.append(shared[key])
-    return modules
+    return modules_per_layer(schedule, lambda entry: RotaryEmbedding(**entry, max_len=max_len))

@@ -19,13 +19,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 import numpy as np
 
 from posenc_np.mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
+from posenc_np.rope import _load_config
 from posenc_np.schedule import rope_schedule_from_hf_config
 from posenc_np.testing import compare, tolerance
 
@@ -38,13 +38,10 @@ __all__ = ["schedule_settings", "sidecar_layers", "layer_of_key", "deepseek_mla_
 
 
 def _config_dict(config) -> dict:
-    if isinstance(config, (str, os.PathLike)):
-        try:
-            with open(config) as handle:
-                return json.load(handle)
-        except (OSError, json.JSONDecodeError) as error:
-            raise UsageError(f"cannot read {str(config)!r}: {error}") from None
-    return dict(config)
+    try:
+        return _load_config(config)
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error)) from None
 
 
 def _layer_types(cfg, schedule):

@@ -401,7 +401,8 @@ def schedule_rows(config):
     """One row per decoder layer of a Hugging Face config (a dict, a transformers config or a config.json path):
     `(layer, base or None, scaling type or "NoPE", rotary_dim or 0, layout or "")`, from
     `posenc_np.rope_schedule_from_hf_config`; a config it cannot read is a UsageError naming why."""
-    from posenc_np.schedule import _as_dict, rope_schedule_from_hf_config
+    from posenc_np.rope import _load_config
+    from posenc_np.schedule import rope_schedule_from_hf_config
 
     try:
         schedule = rope_schedule_from_hf_config(config)
@@ -414,7 +415,7 @@ def schedule_rows(config):
         else:
             kind = (entry["scaling"] or {}).get("rope_type", "default")
             rows.append((i, entry["base"], kind, entry["rotary_dim"], entry["layout"]))
-    return rows, _as_dict(config)
+    return rows, _load_config(config)
 
 
 def figure_schedule(*, config):
