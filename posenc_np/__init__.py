@@ -12,7 +12,8 @@ from .mrope import mrope_position_ids
 from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_bias, document_ids, document_mask,
                       positions_from_cu_seqlens, rerotate)
 from .relative import relative_embeddings
-from .rope import apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation, scaling_from_hf_config
+from .rope import (apply_rope, load_hf_config, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation,
+                   scaling_from_hf_config)
 from .schedule import rope_schedule_from_hf_config
 from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
 from .temperature import llama4_attn_scale
@@ -46,6 +47,7 @@ __all__ = [
     "rope_frequencies",
     "rope_permutation",
     "scaling_from_hf_config",
+    "load_hf_config",
     "mrope_position_ids",
     "rope_schedule_from_hf_config",
     "apply_mla_rope",

@@ -37,6 +37,7 @@ __all__ = [
     "rope_permutation",
     "permute_qk_rows",
     "scaling_from_hf_config",
+    "load_hf_config",
 ]
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -434,8 +435,21 @@ def permute_qk_rows(weight, num_heads, *, source, target, rotary_dim=None):
     return weight.reshape(num_heads, head_dim, *weight.shape[1:])[:, perm].reshape(weight.shape)
 
 
-def _load_config(config) -> dict:
-    """An HF model config as a fresh dict: from a config.json path, a transformers config or a mapping."""
+def load_hf_config(config) -> dict:
+    """An HF model config as a fresh dict: from a config.json path, a transformers config or a mapping.
+
+    A path is read as JSON (the file as the checkpoint ships it); a transformers `PretrainedConfig` gives
+    its `to_dict()` plus the `head_dim` / `layer_types` that some config classes expose only as properties
+    (JetMoe, Zamba2); a mapping is deep-copied, so the caller's dict is never changed.
+
+    Raises:
+        ValueError: a path that cannot be read or is not JSON (naming the path).
+        TypeError: anything else than a path, a config or a mapping.
+
+    Example:
+        >>> load_hf_config({"model_type": "llama", "rope_theta": 5e5})
+        {'model_type': 'llama', 'rope_theta': 500000.0}
+    """
     if isinstance(config, (str, os.PathLike)):
         try:
             with open(config) as handle:
@@ -452,6 +466,9 @@ def _load_config(config) -> dict:
         raise TypeError(f"config must be a dict, a transformers config or a config.json path, "
                         f"got {type(config).__name__}")
     return copy.deepcopy(dict(config))
+
+
+_load_config = load_hf_config  # the name the application's modules still import
 
 
 def scaling_from_hf_config(config) -> dict:
@@ -476,7 +493,7 @@ def scaling_from_hf_config(config) -> dict:
     Raises:
         ValueError: unreadable file, missing head sizes, per-layer (nested) RoPE parameters.
     """
-    config = _load_config(config)
+    config = load_hf_config(config)
     if isinstance(config.get("text_config"), dict) and not (config.get("rope_parameters") or config.get("rope_scaling")):
         config = {**config["text_config"], "model_type": config["text_config"].get("model_type") or
                   config.get("model_type")}

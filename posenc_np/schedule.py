@@ -42,7 +42,7 @@ from __future__ import annotations
 import copy
 from typing import Mapping
 
-from .rope import _MROPE_MODEL_DEFAULTS, _load_config, _mrope_from_config, resolve_rotary_dim, rope_plan
+from .rope import _MROPE_MODEL_DEFAULTS, _mrope_from_config, load_hf_config, resolve_rotary_dim, rope_plan
 from .scaling import SCALING_TYPES, resolve_scaling
 
 __all__ = [
@@ -287,7 +287,7 @@ def rope_schedule_from_hf_config(config) -> list:
         ...     "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}, "no_rope_layers": [1, 0]})[1] is None
         True
     """
-    cfg = _load_config(config)
+    cfg = load_hf_config(config)
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and not _has_positions(cfg):
         cfg = dict(text)
