@@ -1,0 +1,70 @@
+"""The built-in implementations: adapters of libraries users run, named by their package name.
+
+Each is a module `posenc.impl.builtin.<name with underscores>` exposing
+
+* `DISTRIBUTION`: the pip distribution whose presence and version `posenc check --impl list` reports;
+* `load() -> Implementation | tuple[Implementation, ...]`: the adapter (several when the library has
+  several entry points worth checking apart, e.g. two ops), raising `ImplementationUnavailable` (an
+  ImportError) naming the distribution when it is not installed.
+
+A module imports its library only in `load()`, so listing the built-ins imports none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+from ..implementation import Implementation, ImplementationUnavailable
+
+__all__ = ["BUILTINS", "builtin_module", "load_builtin", "builtin_status"]
+
+#: package name -> module under posenc.impl.builtin, in `--impl list` order
+BUILTINS = {
+    "transformers": "transformers",
+    "keras-hub": "keras_hub",
+    "onnxruntime": "onnxruntime",
+    "mlx": "mlx",
+    "mlx-lm": "mlx_lm",
+    "ggml": "ggml",
+    "gemma": "gemma",
+    "torchtune": "torchtune",
+    "vllm": "vllm",
+    "flash-attn": "flash_attn",
+    "liger-kernel": "liger_kernel",
+    "transformer-engine": "transformer_engine",
+}
+
+
+def builtin_module(name: str):
+    """The module of built-in `name` (a key of `BUILTINS`)."""
+    if name not in BUILTINS:
+        raise ValueError(f"{name!r} is not a built-in implementation; built-ins: {', '.join(BUILTINS)}")
+    return importlib.import_module(f"{__name__}.{BUILTINS[name]}")
+
+
+def builtin_status(name: str) -> tuple[bool, str | None]:
+    """`(installed, version)` of built-in `name`'s distribution (version None when not installed)."""
+    try:
+        module = builtin_module(name)
+    except ImportError:  # the adapter module itself is missing or broken: nothing can run
+        return False, None
+    try:
+        return True, importlib.metadata.version(module.DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return False, None
+
+
+def load_builtin(name: str) -> tuple[Implementation, ...]:
+    """The Implementations of built-in `name`; ImplementationUnavailable when its library is missing."""
+    module = builtin_module(name)
+    installed, _ = builtin_status(name)
+    if not installed:
+        raise ImplementationUnavailable(f"--impl {name}: {module.DISTRIBUTION} is not installed "
+                                        f"(pip install {module.DISTRIBUTION})")
+    impls = module.load()
+    impls = impls if isinstance(impls, (tuple, list)) else (impls,)
+    for impl in impls:
+        if not isinstance(impl, Implementation):
+            raise TypeError(f"posenc.impl.builtin.{BUILTINS[name]}.load() returned {impl!r}, not an Implementation")
+    return tuple(impls)

@@ -1,0 +1,198 @@
+"""`Implementation`: an implementation of the contract that is not one of posenc's backends.
+
+`posenc check --impl SPEC` runs the suite's cases through one: a library's adapter (`posenc.impl.builtin`)
+or the user's own module. It names the framework its functions take and return (the NumPy inputs of a
+case reach them through `posenc.adapters.adapter(framework)`), the contract functions it provides, and
+what it declares it can do: layouts, dtypes, the precision class of its angles and, for a kernel that
+reads a cos/sin table, the table length. Everything outside the declaration is a skip with its reason;
+everything inside it is judged.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+__all__ = ["Implementation", "ImplementationUnavailable", "ANGLE_CLASSES", "ROPE_LAYOUTS", "NotSupported",
+           "accepts_keyword"]
+
+from ..adapters import NotSupported
+
+#: The precision classes of RoPE angles (docs/tolerances.md, "Other implementations"):
+#: "float64" posenc's own goal (1e-6 rad at any position), "float32" angles formed as a float32 product
+#: `p * inv_freq`, "table" posenc builds the cos/sin tables in float64 and only their application is judged.
+ANGLE_CLASSES = ("float64", "float32", "table")
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+class ImplementationUnavailable(ImportError):
+    """A built-in implementation whose library is not installed, or fails to import (the message says which)."""
+
+
+def _contract_names() -> frozenset:
+    import posenc_np
+
+    return frozenset(posenc_np.__all__)
+
+
+def _known_frameworks() -> tuple:
+    from ..adapters import ADAPTERS
+
+    return tuple(ADAPTERS)
+
+
+def _check_subset(what, values, allowed):
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = (values,)
+    values = tuple(values)
+    unknown = [v for v in values if v not in allowed]
+    if unknown or not values:
+        raise ValueError(f"{what}={list(values)!r}: {'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'empty'}"
+                         f"; choose from {', '.join(allowed)} (or None: all)")
+    return values
+
+
+class Implementation:
+    """An implementation of (part of) the contract, checked by `posenc check --impl`.
+
+    Args:
+        name: what the reports call it (records carry it as `backend`).
+        framework: the framework its functions take and return arrays of: "numpy", "torch", "tf",
+            "jax" (any name of `posenc.adapters.ADAPTERS`).
+        functions: contract name -> callable with that name's contract signature, e.g.
+            `{"apply_rope": my_rope, "alibi_bias": my_alibi}`. Keywords a case passes that equal the
+            contract function's default are not passed; any other keyword the callable does not accept
+            makes the case a skip.
+        version: the version the records carry as `impl` (a string), None when unknown.
+        layouts: the RoPE layouts it implements ("half", "interleaved"); None: all.
+        dtypes: the dtypes it takes ("float32", "bfloat16", "float16", "float64"); None: all.
+        angles: the precision class of its RoPE angles, one of `ANGLE_CLASSES`.
+        max_positions: the length of the position table it reads (a cos/sin cache of that many rows):
+            cases with positions at or past it are skips, and the edge cases check that such positions
+            raise. None: no table (any position is valid).
+        description: one line for `posenc check --impl list` and the reports.
+
+    Raises:
+        ValueError: an empty name, an unknown framework, contract name, layout, dtype or angle class, a
+            non-positive `max_positions`.
+        TypeError: a function that is not callable, a non-string version.
+    """
+
+    def __init__(self, name: str, framework: str, functions: Mapping[str, Callable], *, version=None,
+                 layouts=None, dtypes=None, angles: str = "float64", max_positions: int | None = None,
+                 description: str = ""):
+        from posenc_np._dtypes import BACKEND_DTYPES
+
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"name={name!r} must be a non-empty string")
+        if framework not in _known_frameworks():
+            raise ValueError(f"framework={framework!r} is not one of {list(_known_frameworks())}")
+        if not isinstance(functions, Mapping) or not functions:
+            raise ValueError(f"functions={functions!r} must be a non-empty mapping of contract name -> callable")
+        contract = _contract_names()
+        for key, fn in functions.items():
+            if key not in contract:
+                raise ValueError(f"functions key {key!r} is not a contract function name (posenc_np.__all__)")
+            if not callable(fn):
+                raise TypeError(f"functions[{key!r}]={fn!r} is not callable")
+        if version is not None and not isinstance(version, str):
+            raise TypeError(f"version={version!r} must be a string or None")
+        if angles not in ANGLE_CLASSES:
+            raise ValueError(f"angles={angles!r} is not one of {list(ANGLE_CLASSES)}")
+        if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int)
+                                          or max_positions < 1):
+            raise ValueError(f"max_positions={max_positions!r} must be a positive int or None")
+        self.name = name
+        self.framework = framework
+        self.functions = MappingProxyType(dict(functions))
+        self.version = version
+        self.layouts = _check_subset("layouts", layouts, ROPE_LAYOUTS)
+        self.dtypes = _check_subset("dtypes", dtypes, ("float64", *BACKEND_DTYPES))
+        self.angles = angles
+        self.max_positions = max_positions
+        self.description = description
+
+    def __repr__(self):
+        return (f"Implementation({self.name!r}, {self.framework!r}, [{', '.join(self.functions)}], "
+                f"version={self.version!r}, angles={self.angles!r})")
+
+    # declared capabilities ---------------------------------------------------------------------------
+    def why_not(self, function: str, kwargs: Mapping, dtype: str) -> str | None:
+        """The reason this implementation cannot run `function(**kwargs)` in `dtype`, None when it can.
+
+        The reasons, in order: the function is absent, the dtype or the RoPE layout is outside the
+        declared ones, the callable does not accept a keyword.
+        """
+        fn = self.functions.get(function)
+        if fn is None:
+            return f"{self.name} provides no {function}"
+        if self.dtypes is not None and dtype not in self.dtypes:
+            return f"{self.name} declares dtypes {', '.join(self.dtypes)}, not {dtype}"
+        layout = kwargs.get("layout")
+        if (self.layouts is not None and function in _ROPE_FUNCTIONS and layout is not None
+                and layout not in self.layouts):
+            return f"{self.name} declares layouts {', '.join(self.layouts)}, not {layout}"
+        refused = [k for k in kwargs if not accepts_keyword(fn, k)]
+        if refused:
+            return f"{function} of {self.name} does not accept keyword {', '.join(map(repr, refused))}"
+        return None
+
+    # a kernel with transformers' signature -------------------------------------------------------------
+    @classmethod
+    def from_rotary_kernel(cls, fn: Callable, name: str, *, framework: str = "torch", layout: str = "half",
+                           version=None, dtypes=None, max_positions: int | None = None) -> "Implementation":
+        """An `Implementation` of `apply_rope` from a kernel `fn(q, k, cos, sin, unsqueeze_dim=1) -> (q, k)`.
+
+        The signature of transformers' `apply_rotary_pos_emb` (models/llama/modeling_llama.py), the one
+        hub kernels replace. For each case posenc builds `cos`/`sin` `[batch, seq, rotary_dim]` from the
+        float64 spec (`posenc_np.rope_cos_sin`: scalings included, the attention factor folded into both
+        as transformers does), casts them to the inputs' dtype and calls `fn(q, k, cos, sin,
+        unsqueeze_dim=...)` with `q = x` and `k = x` with its heads reversed; both outputs must equal the
+        spec (`k`'s heads put back). What it can express (the rest are skips with the reason):
+
+        * 4-D `x` `[batch, heads, seq, dim]` (`unsqueeze_dim=1`) or `[batch, seq, heads, dim]`
+          (`unsqueeze_dim=2`), positions equal over heads;
+        * partial rotary: the kernel is given the first `rotary_dim` channels and the rest pass through,
+          as transformers' models slice before calling it (`apply_rotary_pos_emb` rotates the whole last
+          dim of what it is given);
+        * multi-axis RoPE: the tables carry each pair's own axis, as transformers' Qwen2-VL / Qwen3-VL
+          build them;
+        * `layout`: "half" (`rotate_half`) or "interleaved" (tables repeated per pair, GPT-J / GLM).
+
+        Args:
+            fn: the kernel.
+            name: the implementation's name in the reports.
+            framework: the framework of `q`, `k`, `cos`, `sin`.
+            layout: the one layout the kernel implements.
+            version, dtypes, max_positions: as `Implementation` (`max_positions`: the kernel only ever
+                sees tables of the case's own positions, so this is for a kernel that wraps its own cache).
+        """
+        from .rotary_kernel import rotary_kernel_apply_rope
+
+        if layout not in ROPE_LAYOUTS:
+            raise ValueError(f"layout={layout!r} is not one of {list(ROPE_LAYOUTS)}")
+        if not callable(fn):
+            raise TypeError(f"fn={fn!r} is not callable")
+        apply = rotary_kernel_apply_rope(fn, framework=framework, layout=layout)
+        return cls(name, framework, {"apply_rope": apply}, version=version, layouts=(layout,), dtypes=dtypes,
+                   angles="table", max_positions=max_positions,
+                   description=f"rotary kernel {getattr(fn, '__qualname__', fn)!s} (transformers' signature)")
+
+
+#: Contract functions whose `layout` keyword is a RoPE layout (the declared `layouts` apply to them).
+_ROPE_FUNCTIONS = frozenset({"apply_rope", "rope_cos_sin", "apply_mla_rope", "rerotate", "apply_xpos", "RotaryEmbedding"})
+
+
+def accepts_keyword(fn: Callable, keyword: str) -> bool:
+    """Whether `fn` takes `keyword` (by name, or through `**kwargs`); True when its signature is unreadable."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return True
+    if keyword in params and params[keyword].kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
