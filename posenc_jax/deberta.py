@@ -26,8 +26,7 @@ def _log_bucket(relative, bucket_size, max_position):
 
 def make_log_bucket_position(relative_pos, bucket_size, max_position):
     """int32 DeBERTa buckets; see `posenc_np.make_log_bucket_position`."""
-    if not check_deberta_args(bucket_size, max_position):
-        raise ValueError(f"bucket_size={bucket_size} and max_position={max_position} must both be > 0")
+    check_deberta_args(bucket_size, max_position, required=True)
     relative = jnp.asarray(relative_pos)
     if jnp.issubdtype(relative.dtype, jnp.floating):
         if is_tracing(relative):

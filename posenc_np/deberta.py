@@ -11,16 +11,18 @@ from ._validate import check_integer_positions
 __all__ = ["make_log_bucket_position", "build_relative_position", "check_deberta_args", "deberta_log_range"]
 
 
-def check_deberta_args(bucket_size, max_position) -> bool:
+def check_deberta_args(bucket_size, max_position, *, required=False) -> bool:
     """True when bucketing is on (both > 0, as HF's `bucket_size > 0 and max_position > 0`).
 
-    Bucketing needs `bucket_size >= 4` (mid = bucket_size // 2 >= 2, so the log buckets' scale
+    `required=True` (`make_log_bucket_position`, which always buckets): off is a ValueError. Bucketing needs `bucket_size >= 4` (mid = bucket_size // 2 >= 2, so the log buckets' scale
     mid - 1 is positive) and `max_position - 1 > mid` (a positive log range).
     """
     for name, value in (("bucket_size", bucket_size), ("max_position", max_position)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"{name}={value!r} must be an integer")
     if bucket_size <= 0 or max_position <= 0:
+        if required:
+            raise ValueError(f"bucket_size={bucket_size} and max_position={max_position} must both be > 0")
         return False
     mid = bucket_size // 2
     if mid < 2:
@@ -79,8 +81,7 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
         >>> make_log_bucket_position(np.array([-300, -5, 0, 3, 4, 5, 40]), 8, 64).tolist()
         [-9, -5, 0, 3, 4, 5, 7]
     """
-    if not check_deberta_args(bucket_size, max_position):
-        raise ValueError(f"bucket_size={bucket_size} and max_position={max_position} must both be > 0")
+    check_deberta_args(bucket_size, max_position, required=True)
     relative = check_integer_positions("relative_pos", relative_pos).astype(np.int64)
     return _log_bucket_float32(relative, bucket_size, max_position).astype(np.int32)
 

@@ -30,15 +30,25 @@ import numpy as np
 from ._validate import check_float_dtype, check_positive_int
 from .rope import apply_rope, rope_permutation
 
-__all__ = ["apply_mla_rope", "mla_softmax_scale", "mla_rope_permutation"]
+__all__ = ["apply_mla_rope", "mla_softmax_scale", "mla_rope_permutation", "check_mla_args"]
 
 
-def _split(name, x, nope, rope):
-    x = np.asarray(x)
-    if x.shape[-1] != nope + rope:
-        raise ValueError(f"{name} has last axis {x.shape[-1]}; qk_nope_head_dim + qk_rope_head_dim = "
+def check_mla_args(q_shape, k_pe_shape, *, qk_nope_head_dim, rotary_dim) -> tuple[int, int]:
+    """The slice sizes of `apply_mla_rope` against the shapes of `q` and `k_pe`; returns `(nope, rope)`.
+
+    `qk_nope_head_dim >= 0`, `rotary_dim >= 2` integers; `q`'s last axis is `nope + rope` and `k_pe`'s is
+    `rope`. It reads shapes only (any library's), so every backend checks them before it builds a graph,
+    with these messages.
+    """
+    nope = check_positive_int("qk_nope_head_dim", qk_nope_head_dim, minimum=0)
+    rope = check_positive_int("rotary_dim", rotary_dim, minimum=2)
+    q_last, k_last = tuple(q_shape)[-1], tuple(k_pe_shape)[-1]
+    if q_last != nope + rope:
+        raise ValueError(f"q has last axis {q_last}; qk_nope_head_dim + qk_rope_head_dim = "
                          f"{nope} + {rope} = {nope + rope}")
-    return x
+    if k_last != rope:
+        raise ValueError(f"k_pe has last axis {k_last}, expected qk_rope_head_dim = rotary_dim = {rope}")
+    return nope, rope
 
 
 def apply_mla_rope(q, k_pe, positions, *, qk_nope_head_dim, rotary_dim, base=10000.0, layout="half",
@@ -70,14 +80,10 @@ def apply_mla_rope(q, k_pe, positions, *, qk_nope_head_dim, rotary_dim, base=100
         >>> qr.round(4).tolist(), kr.round(4).tolist()
         ([[[0.0, 0.0, 0.5403, 0.8415]]], [[[0.5403, 0.8415]]])
     """
-    nope = check_positive_int("qk_nope_head_dim", qk_nope_head_dim, minimum=0)
-    rope = check_positive_int("rotary_dim", rotary_dim, minimum=2)
-    q = _split("q", q, nope, rope)
-    k_pe = np.asarray(k_pe)
+    q, k_pe = np.asarray(q), np.asarray(k_pe)
     check_float_dtype("q", q.dtype)
     check_float_dtype("k_pe", k_pe.dtype)
-    if k_pe.shape[-1] != rope:
-        raise ValueError(f"k_pe has last axis {k_pe.shape[-1]}, expected qk_rope_head_dim = rotary_dim = {rope}")
+    nope, rope = check_mla_args(q.shape, k_pe.shape, qk_nope_head_dim=qk_nope_head_dim, rotary_dim=rotary_dim)
     kwargs = dict(base=base, layout=layout, scaling=scaling)
     q_rope = apply_rope(q[..., nope:], positions, **kwargs)
     return np.concatenate([q[..., :nope], q_rope], axis=-1), apply_rope(k_pe, positions, **kwargs)

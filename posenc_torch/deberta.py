@@ -24,8 +24,7 @@ def _log_bucket(relative, bucket_size, max_position):
 
 def make_log_bucket_position(relative_pos, bucket_size, max_position):
     """int32 DeBERTa buckets; see `posenc_np.make_log_bucket_position` (HF's own code is torch)."""
-    if not check_deberta_args(bucket_size, max_position):
-        raise ValueError(f"bucket_size={bucket_size} and max_position={max_position} must both be > 0")
+    check_deberta_args(bucket_size, max_position, required=True)
     relative = as_tensor(relative_pos)
     if relative.is_floating_point():
         if is_tracing(relative):
