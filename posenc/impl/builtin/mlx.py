@@ -1,0 +1,125 @@
+"""MLX's fused rotary kernel `mx.fast.rope` (mlx/fast.cpp, `rope(a, dims, *, traditional, base, scale,
+offset, freqs=None)`; checked on the mlx 0.32.4 CPU wheel, `mlx[cpu]`).
+
+Mapping of the contract:
+
+* `x [..., seq, dim]` -> `a [rows, seq, dim]` (MLX takes `(B, *, T, D)`, T on axis -2); `rotary_dim` ->
+  `dims` (the channels past it pass through); `layout="interleaved"` -> `traditional=True`.
+* positions: consecutive rows -> `offset` (an int, or one per row as a `[B]` vector); any other
+  positions -> one token per row, `a [tokens, 1, dim]` with the positions as the `[B]` offset vector.
+* frequencies: unscaled -> `base`; linear -> `scale = 1 / factor`; every other scaling -> `freqs`, the
+  spec's frequencies given as periods `1 / inv_j` (MLX takes the reciprocal), at the case's sequence
+  length. A magnitude factor (YaRN, LongRoPE) has no parameter in `mx.fast.rope` (mlx-lm scales `x`
+  itself: `--impl mlx-lm`), nor has multi-axis RoPE: those are skips.
+
+Precision class "float32": MLX forms `(offset + t) * scale * inv` in float32. On the CPU (this wheel) its
+fallback also casts cos/sin to the input's dtype, so bfloat16 / float16 products are rounded in that dtype
+(Metal and CUDA keep them in float32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...adapters import NotSupported
+from ..implementation import Implementation, ImplementationUnavailable
+from ._rope_inputs import frequencies, offset_rows, rotary_width
+
+DISTRIBUTION = "mlx"
+
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _mx():
+    try:
+        import mlx.core as mx
+    except ImportError as error:  # `pip install mlx` alone on Linux has no backend library
+        raise ImplementationUnavailable(f"--impl mlx: mlx does not import ({error}); on Linux install "
+                                        f"mlx[cpu]") from error
+    return mx
+
+
+def to_mlx(mx, array: np.ndarray):
+    """A NumPy array (bfloat16 as ml_dtypes) as an MLX array of the same dtype, exactly."""
+    name = str(array.dtype)
+    if name == "bfloat16":
+        return mx.array(array.astype(np.float32)).astype(mx.bfloat16)
+    return mx.array(array)
+
+
+def from_mlx(mx, array, dtype) -> np.ndarray:
+    """An MLX array back as NumPy in `dtype` (bfloat16 through float32, exactly)."""
+    if array.dtype == mx.bfloat16:
+        return np.array(array.astype(mx.float32)).astype(dtype)
+    return np.array(array).astype(dtype, copy=False)
+
+
+def call_with_offsets(x: np.ndarray, positions, rope, *, what: str, scalar_offset_only: bool = False):
+    """Run `rope(a, offset) -> array` (an MLX rotary call on `a [rows, seq, dim]`) for the contract's
+    `x` and `positions`, returning NumPy like `x`.
+
+    Consecutive rows pass their start as `offset` (an int when all rows share it, else a `[rows]`
+    vector); other positions pass one token per row (`[tokens, 1, dim]`, the positions as the offset
+    vector), which `scalar_offset_only` kernels (a frequency chosen from `offset + seq`) cannot take.
+    """
+    mx = _mx()
+    try:
+        rows = offset_rows(x.shape, positions, what=what)
+    except NotSupported:
+        if scalar_offset_only:
+            raise NotSupported(f"{what} takes one int offset per call; positions {list(np.shape(positions))} "
+                               f"are not one run of consecutive ids") from None
+        flat = np.broadcast_to(np.asarray(positions), x.shape[:-1]).reshape(-1)
+        out = rope(to_mlx(mx, x.reshape(-1, 1, x.shape[-1])), mx.array(flat.astype(np.int32)))
+        return from_mlx(mx, out, x.dtype).reshape(x.shape)
+    moved = np.moveaxis(x, rows.seq_axis, -2)
+    a = to_mlx(mx, np.ascontiguousarray(moved).reshape(-1, *moved.shape[-2:]))
+    if rows.uniform:
+        offset = int(rows.offsets.flat[0]) if rows.offsets.size else 0
+    elif scalar_offset_only:
+        raise NotSupported(f"{what} takes one int offset per call; the rows start at "
+                           f"{sorted(set(rows.offsets.ravel().tolist()))[:4]}...")
+    else:
+        offset = mx.array(rows.offsets.reshape(-1).astype(np.int32))
+    out = from_mlx(mx, rope(a, offset), x.dtype).reshape(moved.shape)
+    return np.moveaxis(out, -2, rows.seq_axis)
+
+
+def _fast_rope_args(rotary_dim, *, base, scaling, positions):
+    """`(base, scale, freqs)` of `mx.fast.rope` for the contract's frequencies (see the module docstring)."""
+    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        return float(base), 1.0, None
+    if kind == "linear":
+        return float(base), 1.0 / float(scaling["factor"]), None
+    inv, attention_scale = frequencies(rotary_dim, base=base, scaling=scaling, positions=positions)
+    if attention_scale != 1.0:
+        raise NotSupported(f"mx.fast.rope has no magnitude factor ({kind} scales cos/sin by "
+                           f"{attention_scale:.4g}); mlx-lm multiplies x itself: --impl mlx-lm")
+    with np.errstate(divide="ignore"):
+        periods = 1.0 / inv
+    return None, 1.0, periods.astype(np.float32)
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+    """The contract's `apply_rope` through `mx.fast.rope` (NumPy in, NumPy out; see the module docstring)."""
+    mx = _mx()
+    x = np.asarray(x)
+    r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+    fast_base, scale, periods = _fast_rope_args(r, base=base, scaling=scaling, positions=positions)
+    freqs = None if periods is None else mx.array(periods)
+
+    def rope(a, offset):
+        return mx.fast.rope(a, r, traditional=layout == "interleaved", base=fast_base, scale=scale,
+                            offset=offset, freqs=freqs)
+
+    return call_with_offsets(x, positions, rope, what="mx.fast.rope")
+
+
+def load() -> Implementation:
+    import importlib.metadata
+
+    _mx()
+    return Implementation("mlx", "numpy", {"apply_rope": apply_rope}, version=importlib.metadata.version("mlx"),
+                          dtypes=_DTYPES, angles="float32",
+                          description="mx.fast.rope (CPU fallback on this machine): offsets, base/scale/freqs")

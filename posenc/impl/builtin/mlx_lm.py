@@ -1,0 +1,108 @@
+"""mlx-lm's rotary modules: `mlx_lm/models/rope_utils.py` `initialize_rope(dims, base, traditional,
+scaling_config, max_position_embeddings)` (checked on mlx-lm 0.32.2 with mlx[cpu] 0.32.4).
+
+The module is loaded by its file path: `import mlx_lm` imports huggingface_hub and its model registry,
+while `rope_utils.py` imports only `mlx.core` / `mlx.nn`. Mapping of the contract:
+
+* `scaling` -> `scaling_config` with the same `rope_type` (mlx-lm reads HF's config keys): default,
+  linear, dynamic, llama3, yarn, longrope; posenc's `mlx-yarn` / `mlx-longrope` (the spec's statement of
+  what mlx-lm computes) are passed as mlx-lm's `yarn` / `longrope`. Any other type is a skip. An HF
+  `longrope` or `yarn` case is run as mlx-lm reads the same config, so where mlx-lm means something else
+  the check fails and says so.
+* `max_position_embeddings`: `original_max_position_embeddings` for `dynamic` (HF's threshold), `factor x
+  original` for `longrope` (mlx-lm derives the magnitude factor from their ratio), else the original.
+* multi-axis RoPE -> `rope_type="mrope"` with the section, called with the first (temporal) axis as
+  positions: mlx-lm's text models give no other axis.
+* `x` and positions reach the module's `__call__(x, offset)` as in `--impl mlx` (offsets per row, one
+  token per row otherwise); `dynamic` takes one int offset per call.
+
+Precision class "float32" (every module calls `mx.fast.rope`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+from ...adapters import NotSupported
+from ..implementation import Implementation, ImplementationUnavailable
+from ._rope_inputs import rotary_width, token_positions
+from .mlx import _DTYPES, call_with_offsets
+
+DISTRIBUTION = "mlx-lm"
+
+#: posenc rope_type -> mlx-lm's name for what the spec's entry computes
+_TYPES = {"default": "default", "linear": "linear", "dynamic": "dynamic", "llama3": "llama3", "yarn": "yarn",
+          "longrope": "longrope", "mlx-yarn": "yarn", "mlx-longrope": "longrope"}
+
+_MODULE = None
+
+
+def rope_utils():
+    """mlx-lm's `models/rope_utils.py`, loaded by path (cached)."""
+    global _MODULE
+    if _MODULE is None:
+        spec = importlib.util.find_spec("mlx_lm")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImplementationUnavailable("--impl mlx-lm: mlx_lm is not installed (pip install mlx-lm)")
+        path = Path(list(spec.submodule_search_locations)[0]) / "models" / "rope_utils.py"
+        module_spec = importlib.util.spec_from_file_location("_posenc_mlx_lm_rope_utils", path)
+        module = importlib.util.module_from_spec(module_spec)
+        try:
+            module_spec.loader.exec_module(module)
+        except ImportError as error:
+            raise ImplementationUnavailable(f"--impl mlx-lm: {path} does not import ({error}); on Linux "
+                                            f"install mlx[cpu] beside mlx-lm") from error
+        _MODULE = module
+    return _MODULE
+
+
+def scaling_config(scaling, *, mrope_section=None):
+    """`(scaling_config, max_position_embeddings)` for `initialize_rope` (see the module docstring)."""
+    if mrope_section is not None:
+        if scaling is not None:
+            raise NotSupported("mlx-lm's mrope rope_type takes no other scaling")
+        return {"rope_type": "mrope", "mrope_section": list(mrope_section)}, None
+    if scaling is None:
+        return None, None
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind not in _TYPES:
+        raise NotSupported(f"mlx-lm's initialize_rope has no rope_type {kind!r} "
+                           f"(it has {', '.join(sorted(set(_TYPES.values())))})")
+    config = {k: v for k, v in scaling.items() if k not in ("type", "rope_type")}
+    config["rope_type"] = _TYPES[kind]
+    original = scaling.get("original_max_position_embeddings")
+    if _TYPES[kind] == "longrope":
+        config.setdefault("short_factor", config["long_factor"])  # initialize_rope requires it, SuScaledRoPE never reads it
+    if _TYPES[kind] == "longrope" and "factor" in scaling:
+        return config, int(round(float(scaling["factor"]) * original))
+    return config, original
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """The contract's `apply_rope` through the module `initialize_rope` builds (NumPy in, NumPy out)."""
+    x = np.asarray(x)
+    r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+    if mrope_section is not None:
+        if np.isscalar(mrope_section) or len(mrope_section) != 3 or mrope_frequencies != "shared":
+            raise NotSupported("mlx-lm's mrope takes a 3-axis section with shared frequencies, not "
+                               f"mrope_section={mrope_section!r}, mrope_frequencies={mrope_frequencies!r}")
+        positions = token_positions(x.shape, positions, axes=3)[0]
+    config, max_positions = scaling_config(scaling, mrope_section=mrope_section)
+    module = rope_utils().initialize_rope(r, float(base), layout == "interleaved", config, max_positions)
+    dynamic = config is not None and config["rope_type"] == "dynamic"
+    return call_with_offsets(x, positions, lambda a, offset: module(a, offset=offset),
+                             what=f"mlx-lm {type(module).__name__}", scalar_offset_only=dynamic)
+
+
+def load() -> Implementation:
+    import importlib.metadata
+
+    rope_utils()
+    return Implementation("mlx-lm", "numpy", {"apply_rope": apply_rope},
+                          version=importlib.metadata.version("mlx-lm"), dtypes=_DTYPES, angles="float32",
+                          description="rope_utils.initialize_rope modules (linear, dynamic, llama3, yarn, "
+                                      "longrope, mrope) on mx.fast.rope")
