@@ -13,13 +13,8 @@ dtypes `posenc_np._dtypes.BACKEND_DTYPES` and the modes `posenc.check.registry.M
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
-import os
-import re
-import sys
-import threading
 from functools import lru_cache
 
 import numpy as np
@@ -28,13 +23,12 @@ from posenc_np._dtypes import dtype_name, numpy_dtype
 from posenc_np._freeze import freeze as _freeze
 
 __all__ = ["Adapter", "ADAPTERS", "NotSupported", "CHECK_BACKENDS", "adapter", "adapter_for", "BACKENDS", "SPEC",
-           "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable", "quiet_frameworks",
-           "QUIET_ENVIRONMENT"]
+           "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable"]
 
 #: The adapter of the float64 spec (posenc_np): what every backend is compared with.
 SPEC = "numpy"
 #: The framework backends, in report order: the `--backend` choices of `posenc check`.
-BACKENDS = ("torch", "tf", "jax")
+BACKENDS = ("torch", "tf", "jax", "mlx")
 #: What `posenc check` compares with the spec by default: the framework backends, and ONNX Runtime running
 #: the graphs `posenc export` writes (a deployment target, not a package with the contract's functions).
 CHECK_BACKENDS = (*BACKENDS, "onnx")
@@ -54,93 +48,6 @@ class NotSupported(Exception):
 
     `posenc check` records it as a skip with the message as the reason, never as a pass.
     """
-
-
-# quiet output ------------------------------------------------------------------------------------
-#: Environment a process sets before importing a framework so that its C++ logging stays quiet: TF's
-#: own logging drops INFO and WARNING. Passed on to the worker processes of `posenc check`.
-QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-
-# A C++ log line of TensorFlow / XLA: absl's format (`I0000 00:00:1700000000.123456   12345 port.cc:153] ...`),
-# which TF 2.17+ prints before absl::InitializeLog() whatever TF_CPP_MIN_LOG_LEVEL says, and TF's older
-# format (`2025-09-17 14:44:05.157831: I external/...cc:32] ...`). Fatal (F) lines are never dropped.
-_LOG_LINE = re.compile(rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
-                       rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+:\d+\] "
-                       rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-                       rb"|To enable the following instructions: .* rebuild TensorFlow with the appropriate)")
-# a partial line that could still become a log line (they start so) is held back until its newline
-_LOG_START = re.compile(rb"^[IWET0-9]")
-
-
-def _forward_filtered(read_fd: int, write_fd: int) -> None:
-    """Copy `read_fd` to `write_fd` line by line, dropping framework log lines, until end of file."""
-    pending = b""
-    while True:
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            break
-        *lines, pending = (pending + chunk).split(b"\n")
-        kept = b"".join(line + b"\n" for line in lines if not _LOG_LINE.match(line))
-        if pending and not _LOG_START.match(pending):  # e.g. a progress display: no newline, shown at once
-            kept, pending = kept + pending, b""
-        if kept:
-            os.write(write_fd, kept)
-    if pending and not _LOG_LINE.match(pending):
-        os.write(write_fd, pending)
-    os.close(read_fd)
-
-
-@contextlib.contextmanager
-def quiet_frameworks(enabled: bool = True):
-    """Keep the frameworks' own log lines out of the output while the block runs (when `enabled`).
-
-    Sets `QUIET_ENVIRONMENT` (values the user set are kept) before any framework is imported, and routes
-    file descriptor 2 through a filter thread that drops C++ log lines (TensorFlow / XLA / absl), which
-    no environment variable silences since TF 2.17. Python's own `sys.stderr` keeps writing to the real
-    stream directly when it is the process's stderr, so messages, tracebacks and the progress display
-    (a terminal stays a terminal) are untouched. Worker processes inherit both. Restores everything on exit.
-    """
-    if not enabled:
-        yield
-        return
-    saved_env = {k: os.environ.get(k) for k in QUIET_ENVIRONMENT}
-    for key, value in QUIET_ENVIRONMENT.items():
-        os.environ.setdefault(key, value)
-    try:
-        real = os.dup(2)
-    except OSError:  # no stderr at all: nothing to filter
-        real = None
-    thread = swapped = None
-    try:
-        if real is not None:
-            read_fd, write_fd = os.pipe()
-            thread = threading.Thread(target=_forward_filtered, args=(read_fd, real), daemon=True,
-                                      name="posenc-quiet-frameworks")
-            thread.start()
-            sys.stderr.flush()
-            os.dup2(write_fd, 2)
-            os.close(write_fd)
-            if sys.stderr is sys.__stderr__ and sys.stderr is not None:
-                swapped = sys.stderr
-                sys.stderr = open(os.dup(real), "w", buffering=1, encoding=swapped.encoding,
-                                  errors=swapped.errors)
-        yield
-    finally:
-        if swapped is not None:
-            sys.stderr.flush()
-            sys.stderr.close()
-            sys.stderr = swapped
-        if real is not None:
-            sys.stderr.flush()
-            os.dup2(real, 2)  # closes the pipe's last write end (workers have exited): the thread sees EOF
-            if thread is not None:
-                thread.join(timeout=5)
-            os.close(real)
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class Adapter:
@@ -388,27 +295,69 @@ class JaxAdapter(Adapter):
         return pullback(cotangent.astype(out.dtype))[0]
 
 
-class OnnxAdapter(Adapter):
-    """ONNX Runtime (CPU) running the graphs `posenc export` writes (`posenc/onnx_backend.py`).
+class MlxAdapter(Adapter):
+    """MLX (`mlx.core` arrays); jit is `mx.compile`, the vjp `mx.vjp`. On Linux MLX runs on its CPU
+    device (the `mlx[cpu]` install); float64 exists there only (posenc_mlx keeps its float64 on the CPU)."""
+
+    name, package, framework = "mlx", "posenc_mlx", "mlx"
+    distributions, cost = ("mlx", "mlx-cpu", "mlx-metal"), 0.6
+
+    def _load(self):
+        try:
+            return super()._load()
+        except BackendUnavailable as error:
+            if "libmlx" in str(error):  # plain `pip install mlx` on Linux ships no backend library
+                raise BackendUnavailable(f"{error} (on Linux install mlx[cpu], which adds the CPU backend)") from error
+            raise
+
+    def from_numpy(self, array):
+        import mlx.core as mx
+
+        if array.dtype == np.float64:
+            return mx.array(array, dtype=mx.float64)  # mx.array alone would make float64 float32
+        if array.dtype == numpy_dtype("bfloat16"):
+            return mx.array(array.astype(np.float32)).astype(mx.bfloat16)
+        return mx.array(np.ascontiguousarray(array))
+
+    def to_numpy(self, tensor):
+        import mlx.core as mx
+
+        if tensor.dtype == mx.bfloat16:
+            return np.array(tensor.astype(mx.float32)).astype(numpy_dtype("bfloat16"))
+        return np.array(tensor)
+
+    def dtype(self, name):
+        import mlx.core as mx
+
+        return getattr(mx, dtype_name(name))
+
+    def jit(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
+        import mlx.core as mx
+
+        return mx.compile(fn)
+
+    def vjp(self, fn, primal, cotangent):
+        import mlx.core as mx
+
+        out = fn(primal)  # lazy: only its dtype is read here
+        return mx.vjp(lambda p: fn(p), [primal], [cotangent.astype(out.dtype)])[1][0]
+
+
+class OnnxAdapter(NumpyAdapter):
+    """ONNX Runtime (CPU) running the graphs `posenc export` writes (`posenc/onnx/backend.py`).
 
     "eager" runs with every graph optimisation off, "jit" with `ORT_ENABLE_ALL` (fusions included). A case
     the graphs cannot express (bfloat16, gradients, attention paths, dynamic NTK, ...) raises `NotSupported`.
     """
 
-    name, package, framework = "onnx", "posenc.onnx_backend", "onnxruntime"
+    name, package, framework = "onnx", "posenc.onnx.backend", "onnxruntime"
     distributions, cost = ("onnx", "onnxruntime"), 0.3
 
     def available(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
 
-    def from_numpy(self, array):
-        return array
-
-    def to_numpy(self, tensor):
-        return np.asarray(tensor)
-
-    def dtype(self, name):
-        return numpy_dtype(name)
+    def vjp(self, fn, primal, cotangent):
+        raise NotSupported("the ONNX graphs have no gradients")
 
     def call(self, fn, args: tuple, kwargs: dict, *, mode: str = "eager", cache: dict | None = None,
              key=None, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
@@ -419,7 +368,7 @@ class OnnxAdapter(Adapter):
             raise NotSupported(str(error)) from None
 
 
-ADAPTERS = {a.name: a for a in (NumpyAdapter(), TorchAdapter(), TFAdapter(), JaxAdapter(), OnnxAdapter())}
+ADAPTERS = {a.name: a for a in (NumpyAdapter(), TorchAdapter(), TFAdapter(), JaxAdapter(), MlxAdapter(), OnnxAdapter())}
 
 
 @lru_cache(maxsize=None)

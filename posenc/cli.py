@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .adapters import quiet_frameworks
 from .check import command as check_command
-from . import export as export_command
 from .errors import UsageError
+from .experiment import command as experiment_command
+from .modelspec import command as spec_command
+from .onnx import command as export_command
+from .plot import command as plot_command
 from .port import command as port_command
-from .spec import command as spec_command
-from .tools import experiment_command, plot_command
+from .quiet import quiet_frameworks
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from posenc import adapters, quiet
 from posenc.cli import main
-from posenc import adapters as suite_backends
 
 FAST = ["--mode", "eager", "--quiet"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,16 +78,16 @@ def test_select_names_the_filter_that_selected_nothing():
 
 
 def test_torch_compile_backend_is_passed_down_never_through_the_environment(monkeypatch, capsys):
-    torch = suite_backends.adapter("torch")
+    torch = adapters.adapter("torch")
     if not torch.available():
         pytest.skip("torch not installed")
     seen = []
 
-    def jit(self, fn, *, compile_backend=suite_backends.DEFAULT_TORCH_COMPILE_BACKEND):
+    def jit(self, fn, *, compile_backend=adapters.DEFAULT_TORCH_COMPILE_BACKEND):
         seen.append(compile_backend)
         return fn  # no compile: this test is about where the setting goes
 
-    monkeypatch.setattr(suite_backends.TorchAdapter, "jit", jit)
+    monkeypatch.setattr(adapters.TorchAdapter, "jit", jit)
     environ = dict(os.environ)
     argv = ["check", "--encoding", "learned", "--backend", "torch", "--dtype", "float32", "--mode", "jit", "-q",
             "--jobs", "1"]
@@ -95,7 +95,7 @@ def test_torch_compile_backend_is_passed_down_never_through_the_environment(monk
     assert seen and set(seen) == {"inductor"}
     seen.clear()
     assert main(argv) == 0
-    assert seen and set(seen) == {suite_backends.DEFAULT_TORCH_COMPILE_BACKEND} == {"aot_eager"}
+    assert seen and set(seen) == {adapters.DEFAULT_TORCH_COMPILE_BACKEND} == {"aot_eager"}
     assert dict(os.environ) == environ  # nothing leaks into the calling process
     assert "torch.compile backend aot_eager" in capsys.readouterr().out
 
@@ -138,7 +138,7 @@ def test_framework_log_filter_keeps_everything_else():
                        b"Traceback (most recent call last):\n"
                        b"\r\x1b[K[3/10 1.0s] progress without a newline")
     os.close(write_fd)
-    suite_backends._forward_filtered(read_fd, out_w)
+    quiet._forward_filtered(read_fd, out_w)
     os.close(out_w)
     with os.fdopen(out_r, "rb") as f:
         kept = f.read()
@@ -157,7 +157,7 @@ def test_unwritable_report_path_is_bad_usage(tmp_path, capsys):
 
 
 def test_missing_backend_is_skipped_unless_required(monkeypatch, capsys):
-    monkeypatch.setattr(suite_backends.TFAdapter, "available", lambda self: False)
+    monkeypatch.setattr(adapters.TFAdapter, "available", lambda self: False)
     assert main(["check", "--encoding", "learned", "--backend", "tf", *FAST]) == 0
     assert "skipped" in capsys.readouterr().out
     assert main(["check", "--encoding", "learned", "--backend", "tf", "--require", "tf", *FAST]) == 1
@@ -294,7 +294,7 @@ PLANTS = {
 @pytest.mark.parametrize("plant", list(PLANTS))
 @pytest.mark.parametrize("backend_name", ["torch", "tf", "jax"])
 def test_planted_mismatch_turns_the_run_red(plant, backend_name, monkeypatch, capsys):
-    adapter = suite_backends.adapter(backend_name)
+    adapter = adapters.adapter(backend_name)
     if not adapter.available():
         pytest.skip(f"{backend_name} not installed")
     make, family = PLANTS[plant]

@@ -12,12 +12,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
+import posenc_torch
 from posenc.cli import main
 from posenc.errors import UsageError
-from posenc.tools import experiment as ex
-from posenc.tools.corpus import load_corpus
-
+from posenc.experiment import config, models, progress, train
+from posenc.experiment.corpus import load_corpus
+from posenc.experiment.report import markdown_table
+from posenc.experiment.run import run_experiment
 
 QUICK_RESEARCH = ("dynamic", "cope")
 
@@ -27,9 +30,9 @@ def quick(tmp_path_factory):
     """One `posenc experiment --quick` run with every report written (the CI smoke test)."""
     out = tmp_path_factory.mktemp("quick")
     paths = {"json": out / "r.json", "markdown": out / "r.md", "plot": out / "ppl.png"}
-    # the default rows plus two of issue 17's (the dynamic encoding; CoPE, which writes attention out)
+    # the default rows plus two research rows (the dynamic encoding; CoPE, which writes attention out)
     argv = ["experiment", "--quick", "--threads", "1", "--quiet", "--save-weights", str(out),
-            "--encodings", ",".join(ex.BASELINE + QUICK_RESEARCH)]
+            "--encodings", ",".join(config.BASELINE + QUICK_RESEARCH)]
     for key, path in paths.items():
         argv += [f"--{key}", str(path)]
     saved = os.umask(0o022)
@@ -44,7 +47,7 @@ def test_quick_trains_every_encoding(quick):
     code, _, _, report = quick
     assert code == 0
     rows = {r["encoding"]: r for r in report["rows"]}
-    assert list(rows) == list(ex.BASELINE + QUICK_RESEARCH)
+    assert list(rows) == list(config.BASELINE + QUICK_RESEARCH)
     for row in rows.values():
         assert row["loss_last"] < row["loss_first"] - 0.5, row["encoding"]  # the loss falls
         assert all(math.isfinite(v) for v in row["losses"])
@@ -55,7 +58,7 @@ def test_quick_trains_every_encoding(quick):
 
 def test_quick_reports(quick):
     _, out, paths, report = quick
-    assert report["argv"][:3] == ["--quick", "--encodings", ",".join(ex.BASELINE + QUICK_RESEARCH)]
+    assert report["argv"][:3] == ["--quick", "--encodings", ",".join(config.BASELINE + QUICK_RESEARCH)]
     assert report["argv"][report["argv"].index("--threads") + 1] == "1"
     assert report["eval_lengths"] == [32, 64, 128, 256]
     markdown = paths["markdown"].read_text()
@@ -65,9 +68,9 @@ def test_quick_reports(quick):
     assert paths["plot"].read_bytes().startswith(b"\x89PNG")
     assert {stat.S_IMODE(p.stat().st_mode) for p in paths.values()} == {0o644}  # ordinary files (umask 022)
     assert np.load(out / "learned_table.npy").shape == (32, 32)
-    assert np.load(out / "t5_table.npy").shape == (ex.T5_BUCKETS, 2)
+    assert np.load(out / "t5_table.npy").shape == (config.T5_BUCKETS, 2)
     assert np.load(out / "dynamic_weight.npy").shape == (32, 32)  # [out, in]
-    assert np.load(out / "cope_pos_emb.npy").shape == (ex.COPE_MAX_POS, 16)
+    assert np.load(out / "cope_pos_emb.npy").shape == (config.COPE_MAX_POS, 16)
     assert np.abs(np.load(out / "cope_pos_emb.npy")).max() > 0  # trained away from its zero init
 
 
@@ -79,7 +82,7 @@ def test_rope_scaling_variants_share_the_rope_model(quick):
     # the same angles up to float32 rounding, so the perplexities agree to ~1e-7, not bit for bit
     assert at_train == pytest.approx([at_train[0]] * 4, rel=1e-5)
     assert rows["rope-pi"]["ppl"]["256"] != rows["rope"]["ppl"]["256"]
-    assert {rows[n]["trained_as"] for n in ex.ROPE_SCALING} == {"rope"}
+    assert {rows[n]["trained_as"] for n in config.ROPE_SCALING} == {"rope"}
 
 
 def test_reproducible(quick, tmp_path):
@@ -94,17 +97,15 @@ def test_reproducible(quick, tmp_path):
 
 
 def test_learned_table_is_resized_for_longer_evaluation():
-    import torch
-
-    cfg = ex.Config(train_len=8, d_model=8, layers=1, heads=2, d_ff=8, batch=2, steps=1, eval_tokens=64,
-                    eval_factors=(1, 2))
+    cfg = config.Config(train_len=8, d_model=8, layers=1, heads=2, d_ff=8, batch=2, steps=1, eval_tokens=64,
+                        eval_factors=(1, 2))
     torch.manual_seed(0)
-    model = ex._build_model("learned", cfg)
+    model = models.TinyLM("learned", cfg)
     tokens = np.arange(200, dtype=np.uint8)
     with pytest.raises(ValueError, match="positions"):  # the raw table ends at the training length
-        ex.evaluate(model, tokens, 16, cfg, device="cpu")
-    table = __import__("posenc_torch").resize_table(model.absolute.table.detach(), 16)
-    assert math.isfinite(ex.evaluate(model, tokens, 16, cfg, device="cpu", table=table))
+        train.evaluate(model, tokens, 16, cfg, device="cpu")
+    table = posenc_torch.resize_table(model.absolute.table.detach(), 16)
+    assert math.isfinite(train.evaluate(model, tokens, 16, cfg, device="cpu", table=table))
 
 
 def test_shakespeare_split_by_play():
@@ -132,7 +133,7 @@ def test_progress_bar():
 
     tty, pipe = Tty(), io.StringIO()
     for stream in (tty, pipe):
-        bar = ex.Progress(20, "rope", stream=stream)
+        bar = progress.Progress(20, "rope", stream=stream)
         for step in range(1, 21):
             bar.update(step, 1.0)
     assert tty.getvalue().count("\r") == 20 and tty.getvalue().endswith("]\n")
@@ -160,23 +161,21 @@ def test_bad_input_exits_2(make_argv, needle, tmp_path, capsys):
     assert needle in capsys.readouterr().err
 
 
-TINY = ex.Config(train_len=8, d_model=16, layers=2, heads=2, d_ff=16, batch=2, steps=4, eval_tokens=64,
-                 eval_factors=(1, 2), warmup=1)
+TINY = config.Config(train_len=8, d_model=16, layers=2, heads=2, d_ff=16, batch=2, steps=4, eval_tokens=64,
+                     eval_factors=(1, 2), warmup=1)
 
 
-@pytest.mark.parametrize("encoding", ex.RESEARCH + ("none",))
+@pytest.mark.parametrize("encoding", config.RESEARCH + ("none",))
 def test_research_models_train_and_extrapolate(encoding):
-    """Every issue-17 model: finite logits at the training length and twice it, and gradients reaching its
+    """Every research model: finite logits at the training length and twice it, and gradients reaching its
     position parameters (those it has) from one step."""
-    import torch
-
     torch.manual_seed(0)
-    model = ex._build_model(encoding, TINY)
+    model = models.TinyLM(encoding, TINY)
     tokens = torch.randint(0, 256, (2, 16))
     loss = model(tokens[:, :8]).logsumexp(-1).mean()
     loss.backward()
-    learned = ex.learned_module(model)  # hybrid: its learned group is stretched, as the evaluation does
-    table = None if learned is None else __import__("posenc_torch").resize_table(learned.table.detach(), 16)
+    learned = models.learned_module(model)  # hybrid: its learned group is stretched, as the evaluation does
+    table = None if learned is None else posenc_torch.resize_table(learned.table.detach(), 16)
     assert torch.isfinite(model(tokens, table=table).detach()).all()  # 2x the training length
     position_params = {n: p for n, p in model.named_parameters()
                        if n.split(".")[0] in ("absolute", "stack_modules", "t5", "kerple", "fire")
@@ -191,21 +190,19 @@ def test_research_models_train_and_extrapolate(encoding):
 def test_position_encoding_changes_the_output():
     """Each encoding is wired in: shifting the positions of a crop changes the absolute rows' logits, not
     the relative rows' (shift invariance), and the randomized row reads the positions it is given."""
-    import torch
-
     tokens = torch.randint(0, 256, (1, 8))
     shifted = torch.arange(8)[None] + 5
     for encoding, moves in (("sinusoidal", True), ("dynamic", True), ("hybrid", True), ("alibi", False),
                             ("kerple-log", False), ("fire", False), ("sandwich", False), ("xpos", False),
                             ("randomized", False)):
         torch.manual_seed(0)
-        model = ex._build_model(encoding, TINY, random_crop=True).eval()
+        model = models.TinyLM(encoding, TINY, random_crop=True).eval()
         with torch.no_grad():
             a, b = model(tokens), model(tokens, positions=shifted)
         # FIRE normalises by max(i, L), the constant L = 512 at these positions: shift invariant here too
         assert (not torch.allclose(a, b, atol=1e-5)) == moves, encoding
     torch.manual_seed(0)
-    model = ex._build_model("randomized", TINY).eval()
+    model = models.TinyLM("randomized", TINY).eval()
     with torch.no_grad():
         gaps = model(tokens, positions=torch.arange(0, 16, 2)[None])
     assert not torch.allclose(model(tokens).detach(), gaps, atol=1e-5)
@@ -213,27 +210,27 @@ def test_position_encoding_changes_the_output():
 
 def test_training_batches_tricks():
     cfg = replace(TINY, steps=8, batch=4)
-    plain = list(ex.training_batches(10_000, cfg))
+    plain = list(train.training_batches(10_000, cfg))
     assert [p for _, _, p in plain] == [None] * 8 and all(n == 8 for _, n, _ in plain)
-    assert np.array_equal(np.stack([s for s, _, _ in plain]), ex.training_starts(10_000, cfg))
-    crops = [p.numpy() for _, _, p in ex.training_batches(10_000, cfg, random_crop=True)]
+    assert np.array_equal(np.stack([s for s, _, _ in plain]), train.training_starts(10_000, cfg))
+    crops = [p.numpy() for _, _, p in train.training_batches(10_000, cfg, random_crop=True)]
     assert all((np.diff(p, axis=1) == 1).all() and p.min() >= 0 and p.max() < cfg.span for p in crops)
     assert len({int(p[0, 0]) for p in crops}) > 1  # offsets vary
-    sampled = [p.numpy() for _, _, p in ex.training_batches(10_000, cfg, randomized=True)]
+    sampled = [p.numpy() for _, _, p in train.training_batches(10_000, cfg, randomized=True)]
     assert all((np.diff(p, axis=1) > 0).all() and p.max() < cfg.span for p in sampled)
     assert any((np.diff(p, axis=1) > 1).any() for p in sampled)  # gaps: not arange
-    progressive = [(s.size, n) for s, n, _ in ex.training_batches(10_000, cfg, progressive=True)]
+    progressive = [(s.size, n) for s, n, _ in train.training_batches(10_000, cfg, progressive=True)]
     assert progressive == [(16, 2)] * 2 + [(8, 4)] * 2 + [(4, 8)] * 4  # same tokens per step
-    assert ex.progressive_schedule(cfg) == [(0, 2, 16), (2, 4, 8), (4, 8, 4)]
+    assert config.progressive_schedule(cfg) == [(0, 2, 16), (2, 4, 8), (4, 8, 4)]
 
 
 def test_stack_parsing():
-    assert ex.parse_stack("sinusoidal:half,learned:half", 4) == (("sinusoidal", 2), ("learned", 2))
-    assert ex.parse_stack("sinusoidal:half,learned:half", 3) == (("sinusoidal", 2), ("learned", 1))
-    assert ex.parse_stack("none:1,rope:2", 3) == (("none", 1), ("rope", 2))
+    assert config.parse_stack("sinusoidal:half,learned:half", 4) == (("sinusoidal", 2), ("learned", 2))
+    assert config.parse_stack("sinusoidal:half,learned:half", 3) == (("sinusoidal", 2), ("learned", 1))
+    assert config.parse_stack("none:1,rope:2", 3) == (("none", 1), ("rope", 2))
     for bad in ("sinusoidal:3", "alibi:2", "sinusoidal:x,learned:1", ""):
         with pytest.raises(UsageError):
-            ex.parse_stack(bad, 2)
+            config.parse_stack(bad, 2)
 
 
 def test_seeds_are_averaged_and_tricks_are_rows():
@@ -242,7 +239,7 @@ def test_seeds_are_averaged_and_tricks_are_rows():
     corpus = SimpleNamespace(train=np.frombuffer(b"abcdefgh " * 400, np.uint8),
                              valid=np.frombuffer(b"hgfedcba " * 40, np.uint8), valid_files=[], name="t",
                              describe=lambda: "tiny")
-    report = ex.run_experiment(TINY, corpus, encodings=["alibi", "learned+crop", "rope+prog"], progress=False,
+    report = run_experiment(TINY, corpus, encodings=["alibi", "learned+crop", "rope+prog"], progress=False,
                                log=lambda *a: None, seeds=[0, 1])
     rows = {r["encoding"]: r for r in report["rows"]}
     for row in rows.values():
@@ -252,5 +249,5 @@ def test_seeds_are_averaged_and_tricks_are_rows():
             assert row["ppl_std"][n] == pytest.approx(np.std(values, ddof=1)) and row["ppl_std"][n] > 0
     assert "--random-crop" in rows["learned+crop"]["note"] and "resize_table" not in rows["learned+crop"]["note"]
     assert "--progressive" in rows["rope+prog"]["note"]
-    table = ex.markdown_table(report)
+    table = markdown_table(report)
     assert " ± " in table and "seeds [0, 1]" in table

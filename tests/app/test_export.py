@@ -12,9 +12,9 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import posenc_np  # noqa: E402
-from posenc import onnx_graphs as G  # noqa: E402
 from posenc.cli import main  # noqa: E402
-from posenc.export import export  # noqa: E402
+from posenc.onnx import graphs as G  # noqa: E402
+from posenc.onnx.export import export  # noqa: E402
 from posenc_np.rope import rope_plan  # noqa: E402
 from posenc_np.testing import tolerance  # noqa: E402
 

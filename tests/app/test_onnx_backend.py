@@ -11,11 +11,11 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 import posenc_np  # noqa: E402
-from posenc import onnx_graphs as G  # noqa: E402
 from posenc.adapters import CHECK_BACKENDS, NotSupported, adapter  # noqa: E402
 from posenc.check.registry import all_cases  # noqa: E402
 from posenc.check.runner import run  # noqa: E402
 from posenc.cli import main  # noqa: E402
+from posenc.onnx import graphs as G  # noqa: E402
 from posenc_np.rope import rope_plan  # noqa: E402
 from posenc_np.testing import rope_angle_error, tolerance  # noqa: E402
 

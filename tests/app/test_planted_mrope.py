@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import posenc_np
-from posenc import adapters as suite_backends
+from posenc import adapters
 from posenc.check.cases_mrope import mixed_prompt_positions
 from posenc.cli import main
 from posenc.port.doctor import diagnose
@@ -101,7 +101,7 @@ PLANTS = {
 @pytest.mark.parametrize("plant", list(PLANTS))
 @pytest.mark.parametrize("backend_name", ["torch", "tf", "jax"])
 def test_planted_mrope_mismatch_turns_the_run_red(plant, backend_name, monkeypatch, capsys):
-    adapter = suite_backends.adapter(backend_name)
+    adapter = adapters.adapter(backend_name)
     if not adapter.available():
         pytest.skip(f"{backend_name} not installed")
     make, convention, _ = PLANTS[plant]
@@ -152,7 +152,7 @@ def test_plot_draws_the_assignment(tmp_path, capsys):
 def test_plot_assignment_is_the_conventions_table():
     """The figure's data: Pixtral at head dim 16 reads the row on channels 0-3 and 8-11 with the even 1-D
     frequencies, the column elsewhere with the odd ones (docs/conventions.md §3.16)."""
-    from posenc.tools.plot import mrope_assignment
+    from posenc.plot.figures import mrope_assignment
 
     dim, axes, freqs, names = mrope_assignment("pixtral", 16)
     inv, _ = posenc_np.rope_frequencies(16)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc import adapters as suite_backends
+from posenc import adapters
 from posenc.cli import main
 
 FAST = ["--mode", "eager", "--dtype", "float32", "--quiet", "--jobs", "1"]
@@ -54,7 +54,7 @@ PLANTS = {
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_planted_schedule_mismatch_turns_the_run_red(plant, monkeypatch, capsys):
     make, convention, backend_name = PLANTS[plant]
-    adapter = suite_backends.adapter(backend_name)
+    adapter = adapters.adapter(backend_name)
     if not adapter.available():
         pytest.skip(f"{backend_name} not installed")
     name, planted = make(adapter.module)

@@ -11,8 +11,8 @@ import pytest
 
 import posenc_np
 from posenc.cli import main
+from posenc.plot import figures as plot
 from posenc_np.testing import compare, tolerance
-from posenc.tools import plot
 
 try:
     import matplotlib.backends.backend_agg  # noqa: F401
@@ -179,7 +179,7 @@ def test_schedule_figure_from_a_config_json(tmp_path, capsys):
     assert "no_rope_layers is read only for" in capsys.readouterr().err
 
 
-# --- issue 17: the research encodings and the research experiment rows ---------------------------------
+# --- the research encodings and the research experiment rows ---------------------------------
 
 @pytest.mark.parametrize("encoding", plot.RESEARCH_ENCODINGS)
 def test_research_figure_is_one_command(encoding, tmp_path, capsys):

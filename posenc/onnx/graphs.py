@@ -59,10 +59,11 @@ def _onnx():
 
 def _elem(dtype: str) -> int:
     _, TP, _, _ = _onnx()
-    return {"float32": TP.FLOAT, "float16": TP.FLOAT16}[_check_dtype(dtype)]
+    return {"float32": TP.FLOAT, "float16": TP.FLOAT16}[check_dtype(dtype)]
 
 
-def _check_dtype(dtype) -> str:
+def check_dtype(dtype) -> str:
+    """The dtype name of `dtype` (default float32); `NotExportable` for a dtype the graphs are not built for."""
     name = dtype_name(dtype or "float32")
     if name not in ONNX_DTYPES:
         raise NotExportable(f"dtype={name!r}: the ONNX graphs are built for {list(ONNX_DTYPES)} (ONNX Runtime's CPU "
@@ -166,7 +167,7 @@ def rope_model(*, head_dim, max_len, rotary_dim=None, rotary_pct=None, base=1000
         ValueError: what the spec raises for these parameters; `NotExportable` for dynamic NTK.
     """
     _, TP, _, _ = _onnx()
-    dtype = _check_dtype(dtype)
+    dtype = check_dtype(dtype)
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)  # validates layout and scaling
     max_len = _positive("max_len", max_len) if cache_positions is None else len(cache_positions)
@@ -225,7 +226,7 @@ def sinusoidal_model(*, dim, max_len, base=10000.0, layout="interleaved", denomi
     The table is computed in float64 and rounded once to `dtype` (it is the output itself).
     `table_positions`: the position each row holds instead (as `rope_model`'s `cache_positions`).
     """
-    dtype = _check_dtype(dtype)
+    dtype = check_dtype(dtype)
     max_len = _positive("max_len", max_len) if table_positions is None else len(table_positions)
     rows = np.arange(max_len) if table_positions is None else np.asarray(table_positions, np.int64)
     table = sinusoidal(rows, dim, base=base, layout=layout, denominator=denominator)
@@ -239,7 +240,7 @@ def learned_model(table, *, dtype=None, positions_rank=2):
     table = np.asarray(table)
     if table.ndim != 2:
         raise ValueError(f"table must be 2-D [max_len, dim], got shape {table.shape}")
-    dtype = _check_dtype(dtype or table.dtype)
+    dtype = check_dtype(dtype or table.dtype)
     return _table_model(table.astype(dtype), "posenc_learned", dtype, positions_rank,
                         f"posenc learned: table {list(table.shape)}")
 
@@ -268,7 +269,7 @@ def alibi_model(*, heads, form="symmetric", dtype="float32", q_rank=1, k_rank=1)
     """
     _, TP, _, _ = _onnx()
     heads = check_alibi_args(heads, form)
-    dtype = _check_dtype(dtype)
+    dtype = check_dtype(dtype)
     b = _Builder()
     q, k, infos = _pair_inputs(b, q_rank, k_rank)
     slopes = alibi_slopes(heads).astype(np.float32)[:, None, None]
@@ -301,7 +302,7 @@ def t5_model(table, *, bidirectional=True, num_buckets=32, max_distance=128, dty
     per_direction, max_exact = check_t5_args(bidirectional, num_buckets, max_distance)
     if table.ndim != 2 or table.shape[0] != num_buckets:
         raise ValueError(f"table must be [num_buckets={num_buckets}, heads], got shape {table.shape}")
-    dtype = _check_dtype(dtype or table.dtype)
+    dtype = check_dtype(dtype or table.dtype)
     thresholds = t5_bucket_thresholds(bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
     b = _Builder()
     q, k, infos = _pair_inputs(b, q_rank, k_rank)
@@ -333,7 +334,7 @@ def relative_model(table, *, max_distance, sign="key-query", dtype=None, q_rank=
     _, TP, _, _ = _onnx()
     table = np.asarray(table)
     max_distance = check_relative_args(table.shape, max_distance, sign)
-    dtype = _check_dtype(dtype or table.dtype)
+    dtype = check_dtype(dtype or table.dtype)
     b = _Builder()
     q, k, infos = _pair_inputs(b, q_rank, k_rank)
     distance = b.out("Sub", [k, q] if sign == "key-query" else [q, k])

@@ -1,7 +1,7 @@
 """`posenc plot`: figures of the encodings, computed by the spec (posenc_np) or a backend (`--backend`).
 
 Every figure function takes keyword options and returns a matplotlib Figure (Agg canvas);
-the command (`plot_command.py`) checks the output path first and saves atomically. Arrays come from
+the command (`posenc/plot/command.py`) checks the output path first and saves atomically. Arrays come from
 `posenc.adapters.adapter(backend).call(name, args, kwargs)`, so `--backend torch` plots what
 posenc_torch computes, float32 included.
 """
@@ -14,11 +14,14 @@ import zlib
 import numpy as np
 
 from posenc_np.conventions import conventions
+from posenc_np.rope import rope_plan
 
+from ..adapters import BackendUnavailable, adapter
+from ..canvas import new_figure, suptitle
 from ..errors import UsageError
+from ..experiment.config import TRAINED
+from ..experiment.figure import plot_perplexity
 from ..io import parse_choices
-from .experiment import TRAINED
-from .figures import new_figure, suptitle
 
 __all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves", "attention_weights",
            "load_table", "figure_table", "figure_rope_decay", "figure_bias", "figure_attention_maps", "figure_diff",
@@ -32,8 +35,6 @@ ATTENTION_ENCODINGS = TRAINED
 
 def _call(backend: str, fn: str, *args, **kwargs):
     """`fn` of the chosen package on NumPy inputs, NumPy float64 out; bad arguments become UsageError."""
-    from ..adapters import BackendUnavailable, adapter
-
     chosen = adapter(backend)
     if not chosen.available():
         raise UsageError(f"--backend {backend!r}: its framework is not installed")
@@ -332,8 +333,6 @@ def figure_diff(a_name, b_name, *, positions=128, dim=64, backend="numpy", backe
 
 def figure_experiment(report_path):
     """Perplexity against evaluation length from a saved `posenc experiment --json` report."""
-    from .experiment import plot_perplexity
-
     try:
         with open(report_path) as f:
             report = json.load(f)
@@ -347,9 +346,6 @@ def figure_experiment(report_path):
 
 def mrope_assignment(convention, dim=None):
     """`(rotary_dim, channel_axes [r], channel_inv_freq [r], axis names)` of a multi-axis RoPE convention."""
-    from posenc_np.conventions import conventions
-    from posenc_np.rope import rope_plan
-
     conv = conventions.get(convention)
     if conv is None or conv.encoding != "apply_rope" or "mrope_section" not in conv.params:
         names = sorted(n for n, c in conventions.items() if "mrope_section" in c.params)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import UsageError
-from ..io import check_output, write_atomic
+from .errors import UsageError
+from .io import check_output, write_atomic
 
 __all__ = ["FIGURE_FORMATS", "save_figure", "new_figure", "require_matplotlib", "suptitle"]
 

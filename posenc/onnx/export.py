@@ -1,4 +1,4 @@
-"""`posenc export`: an ONNX model of a named convention or an encoding, checked once on ONNX Runtime.
+"""`posenc.onnx.export.export` (the library behind `posenc export`): an ONNX model of a named convention or an encoding, checked once on ONNX Runtime.
 
     posenc export hf-llama --out rope.onnx --head-dim 128 --max-len 8192 --scaling '{"rope_type": "llama3", ...}'
     posenc export vaswani --out pe.onnx --dim 512 --max-len 2048
@@ -10,7 +10,7 @@ Named inputs and outputs (the contract; docs/export.md):
     bias      q_positions [q], k_positions [k] int64 -> bias [heads, q, k]
               (relative embeddings: bias [q, k, dim], the per-pair vectors of a `[2k+1, dim]` table)
 
-The graphs are built by `posenc.onnx_graphs` from the float64 spec. Before anything is written the
+The graphs are built by `posenc.onnx.graphs` from the float64 spec. Before anything is written the
 model runs once on ONNX Runtime (CPU, all graph optimisations on) on inputs that reach the end of the
 cache, and is compared with the spec: RoPE caches reduce their angles in float64, so the bound is the
 tolerance policy's float32 rounding (`tolerance(dtype, scale=...)`, no angle term); tables and
@@ -20,7 +20,6 @@ written), 2 bad usage or bad input (a message naming the value, nothing written)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,9 +28,10 @@ import posenc_np
 from posenc_np.conventions import conventions
 from posenc_np.testing import Tolerance, compare, tolerance
 
-from .errors import UsageError
+from ..io import write_atomic
+from . import graphs as G
 
-__all__ = ["export", "ExportResult", "EXPORT_TARGETS", "add_parser", "add_subcommands", "run"]
+__all__ = ["export", "ExportResult", "EXPORT_TARGETS", "DEFAULT_MAX_LEN"]
 
 #: Encoding (family) names accepted besides the conventions, with the convention whose parameters they take.
 EXPORT_TARGETS = {"rope": "hf-llama", "sinusoidal": "vaswani", "learned": "bert", "alibi": None,
@@ -110,12 +110,10 @@ def export(convention_or_encoding, out=None, *, head_dim=None, heads=None, dim=N
         ValueError/TypeError: an unknown name, a missing or bad parameter (the message names it);
             `posenc.onnx_graphs.NotExportable` (a ValueError) for what ONNX cannot express.
     """
-    from . import onnx_graphs as G
-
     name = convention_or_encoding
     encoding, params = _resolve(name, scaling)
     kind = _KIND[encoding]
-    dtype = G._check_dtype(dtype)
+    dtype = G.check_dtype(dtype)
     if scaling is not None and kind != "rotary":
         raise ValueError(f"scaling applies to rotary conventions, not to {name!r} ({encoding})")
     if base is not None:
@@ -207,86 +205,6 @@ def export(convention_or_encoding, out=None, *, head_dim=None, heads=None, dim=N
     result = compare(actual.astype(np.float64), np.asarray(desired, np.float64), tol)
     done = ExportResult(name, encoding, model, inputs, outputs, result.max_abs_err, tol, result.passed, notes=notes)
     if out is not None and result.passed:
-        from .io import write_atomic
-
         write_atomic(str(out), model.SerializeToString(), what="model")
         done.written = str(out)
     return done
-
-
-# --- command line ----------------------------------------------------------------------------------------
-
-def _load_table(path):
-    try:
-        table = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--table {path!r} is not a readable .npy file: {error}") from None
-    if table.dtype.kind != "f":
-        raise UsageError(f"--table {path!r} holds {table.dtype} values; a float table is needed")
-    return table
-
-
-def _scaling(text):
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"--scaling {text!r} is not JSON: {error}") from None
-    if value is not None and not isinstance(value, dict):
-        raise UsageError(f"--scaling {text!r} must be a JSON object like HF's rope_scaling")
-    return value
-
-
-def run(args) -> int:
-    """`posenc export` from parsed arguments; returns the exit status (UsageError for bad input)."""
-    from .io import check_output
-
-    check_output(args.out, formats=("onnx",), what="model")
-    table = _load_table(args.table) if args.table else None
-    try:
-        result = export(args.convention, None, head_dim=args.head_dim, heads=args.heads, dim=args.dim,
-                        max_len=args.max_len, scaling=_scaling(args.scaling), dtype=args.dtype, table=table,
-                        base=args.base, rotary_dim=args.rotary_dim)
-    except (ValueError, TypeError) as error:
-        raise UsageError(str(error)) from None
-    shapes = lambda d: ", ".join(f"{k} {v}" for k, v in d.items())  # noqa: E731
-    verdict = "passed" if result.passed else "FAILED"
-    print(f"{args.convention} ({result.encoding}): {shapes(result.inputs)} -> {shapes(result.outputs)}")
-    print(f"ONNX Runtime check {verdict}: max_abs_err {result.max_abs_err:.3g} vs the float64 spec, tol {result.tol}")
-    for note in result.notes:
-        print(f"note: {note}")
-    if not result.passed:
-        print(f"nothing written to {args.out}")
-        return 1
-    from . import onnx_graphs as G
-    from .io import write_atomic
-
-    write_atomic(args.out, result.model.SerializeToString(), what="model")
-    print(f"wrote {args.out} (opset {G.OPSET}, IR version {G.IR_VERSION})")
-    return 0
-
-
-def add_parser(subparsers):
-    parser = subparsers.add_parser("export", help="write an ONNX model of a convention, checked on ONNX Runtime")
-    parser.add_argument("convention", help="convention (hf-llama, meta-llama, gptj, gpt-neox, vaswani, tensor2tensor, "
-                                           "fairseq, bert, roberta, press-alibi, bloom-alibi, t5, t5-decoder, shaw, "
-                                           "hf-bert-relative-key) or encoding (rope, sinusoidal, learned, alibi, "
-                                           "relative)")
-    parser.add_argument("--out", required=True, metavar="FILE.onnx", help="the model file (written atomically)")
-    parser.add_argument("--head-dim", type=int, help="rotary: per-head width")
-    parser.add_argument("--heads", type=int, help="ALiBi: number of heads; rotary: fixes the heads axis")
-    parser.add_argument("--dim", type=int, help="sinusoidal: encoding width")
-    parser.add_argument("--max-len", type=int, help=f"rotary/sinusoidal: cache rows (default {DEFAULT_MAX_LEN})")
-    parser.add_argument("--scaling", metavar="JSON", help="rotary: HF rope_scaling dict as JSON")
-    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
-    parser.add_argument("--table", metavar="FILE.npy", help="learned / t5 / relative table")
-    parser.add_argument("--base", type=float, help="rope_theta or sinusoid base (default: the convention's)")
-    parser.add_argument("--rotary-dim", type=int, help="rotary: rotated width (default: the convention's)")
-    parser.set_defaults(func=run)
-    return parser
-
-
-def add_subcommands(subparsers):
-    """The pre-refactor hook of `posenc.cli.SUBCOMMAND_MODULES`."""
-    add_parser(subparsers)

@@ -8,9 +8,13 @@ import shlex
 import sys
 import time
 
+from ..canvas import FIGURE_FORMATS, new_figure, require_matplotlib, save_figure
 from ..errors import UsageError
 from ..io import check_output, parse_choices, write_atomic
-from .figures import FIGURE_FORMATS, new_figure, require_matplotlib, save_figure
+from . import config
+from .corpus import load_corpus
+from .figure import plot_perplexity
+from .report import json_text, markdown_table, terminal_table
 
 __all__ = ["add_parser", "cmd_experiment"]
 
@@ -48,16 +52,13 @@ def _experiment_argv(args) -> list:
 
 
 def cmd_experiment(args) -> int:
-    from . import experiment as ex
-    from .corpus import load_corpus
-
-    encodings = parse_choices(args.encodings, ex.VARIANTS, "--encodings", default=list(ex.BASELINE))
+    encodings = parse_choices(args.encodings, config.VARIANTS, "--encodings", default=list(config.BASELINE))
     suffix = "".join(s for s, flag in (("+crop", args.random_crop), ("+prog", args.progressive)) if flag)
     if suffix:
-        if any(n in ex.ROPE_SCALING for n in encodings):
+        if any(n in config.ROPE_SCALING for n in encodings):
             raise UsageError("--random-crop/--progressive train new models; rope-pi/ntk/yarn evaluate the rope "
                              "model: select rope instead")
-        encodings = list(dict.fromkeys(ex.split_variant(n)[0] + suffix for n in encodings))
+        encodings = list(dict.fromkeys(config.split_variant(n)[0] + suffix for n in encodings))
     seeds = _ints(args.seeds, "--seeds", minimum=0) if args.seeds else None
     for path in (args.json, args.markdown):
         if path:
@@ -67,9 +68,9 @@ def cmd_experiment(args) -> int:
         require_matplotlib()
     if args.save_weights and not os.path.isdir(args.save_weights):
         raise UsageError(f"--save-weights {args.save_weights!r} is not a directory")
-    base = ex.QUICK if args.quick else ex.DEFAULT
+    base = config.QUICK if args.quick else config.DEFAULT
     factors = _ints(args.eval_factors, "--eval-factors") if args.eval_factors else None
-    cfg = ex.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch, d_model=args.d_model,
+    cfg = config.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch, d_model=args.d_model,
                             d_ff=args.d_ff, layers=args.layers, heads=args.heads, lr=args.lr, seed=args.seed,
                             eval_tokens=args.eval_tokens, eval_factors=factors, stack=args.stack,
                             stack_bias=args.stack_bias)
@@ -78,11 +79,13 @@ def cmd_experiment(args) -> int:
             raise UsageError(f"--{name.replace('_', '-')}={getattr(cfg, name)} must be >= 1")
     if cfg.d_model % cfg.heads or (cfg.d_model // cfg.heads) % 2:
         raise UsageError(f"--d-model={cfg.d_model} must split into --heads={cfg.heads} heads of even size")
-    if any(ex.split_variant(n)[0] == "hybrid" for n in encodings):
-        ex.parse_stack(cfg.stack, cfg.layers)  # a bad --stack exits 2 before anything trains
+    if any(config.split_variant(n)[0] == "hybrid" for n in encodings):
+        config.parse_stack(cfg.stack, cfg.layers)  # a bad --stack exits 2 before anything trains
     corpus = load_corpus(args.corpus)
 
     import torch
+
+    from .run import run_experiment
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device={args.device!r}: CUDA is not available")
@@ -91,21 +94,21 @@ def cmd_experiment(args) -> int:
     log(f"corpus {corpus.describe()}")
     log(f"config {cfg}; {torch.get_num_threads()} torch thread(s) on {args.device}")
     started = time.perf_counter()
-    report = ex.run_experiment(cfg, corpus, encodings=encodings, device=args.device, progress=not args.quiet,
+    report = run_experiment(cfg, corpus, encodings=encodings, device=args.device, progress=not args.quiet,
                                save_weights=args.save_weights, log=log, seeds=seeds)
     report["seconds"] = time.perf_counter() - started
     argv = _experiment_argv(args)
     command = shlex.join(["posenc", "experiment", *argv])
-    print(ex.terminal_table(report))
+    print(terminal_table(report))
     print(f"({report['seconds']:.0f} s in all)")
     if args.json:
-        write_atomic(args.json, ex.json_text(report, argv), what="report")
+        write_atomic(args.json, json_text(report, argv), what="report")
     if args.markdown:
         write_atomic(args.markdown, f"Made by `{command}` ({report['seconds']:.0f} s, {report['threads']} "
                                   f"thread(s), torch {report['torch']}, {report['device']}).\n\n"
-                                    + ex.markdown_table(report), what="report")
+                                    + markdown_table(report), what="report")
     if args.plot:
-        save_figure(ex.plot_perplexity(report, new_figure(7, 4.5)), args.plot)
+        save_figure(plot_perplexity(report, new_figure(7, 4.5)), args.plot)
     losses_ok = all(r["loss_last"] < r["loss_first"] for r in report["rows"])
     if not losses_ok:
         print("warning: the training loss did not fall for every encoding", file=sys.stderr)
@@ -114,21 +117,20 @@ def cmd_experiment(args) -> int:
 
 def add_parser(sub) -> None:
     """Add `experiment` to the `posenc` command line."""
-    from . import experiment
-    from .experiment import DEFAULT, QUICK
+    from .. import experiment
 
     p = sub.add_parser("experiment", help="train a small causal LM per encoding on Shakespeare (or --corpus), "
                                           "report perplexity at 1x-8x the training length, speed, memory",
                        description=experiment.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help=f"a smoke test (<60 s): {QUICK}")
+    p.add_argument("--quick", action="store_true", help=f"a smoke test (<60 s): {config.QUICK}")
     p.add_argument("--encodings", action="append",
-                   help=f"comma-separated, from {', '.join(experiment.BASELINE + experiment.RESEARCH)}, any trained "
-                        f"one with +crop and/or +prog (default {','.join(experiment.BASELINE)})")
+                   help=f"comma-separated, from {', '.join(config.BASELINE + config.RESEARCH)}, any trained "
+                        f"one with +crop and/or +prog (default {','.join(config.BASELINE)})")
     p.add_argument("--stack", help=f"the hybrid row's per-layer stack, bottom first, NAME:LAYERS with NAME from "
-                                   f"{', '.join(experiment.STACK_ENCODINGS)} and LAYERS a count or 'half' "
-                                   f"(default {DEFAULT.stack})")
-    p.add_argument("--stack-bias", choices=experiment.STACK_BIASES,
-                   help=f"the hybrid row's relative bias in every layer (default {DEFAULT.stack_bias})")
+                                   f"{', '.join(config.STACK_ENCODINGS)} and LAYERS a count or 'half' "
+                                   f"(default {config.DEFAULT.stack})")
+    p.add_argument("--stack-bias", choices=config.STACK_BIASES,
+                   help=f"the hybrid row's relative bias in every layer (default {config.DEFAULT.stack_bias})")
     p.add_argument("--random-crop", action="store_true",
                    help="train on crops of longer sequences keeping their positions (every row, as +crop)")
     p.add_argument("--progressive", action="store_true",
@@ -142,10 +144,10 @@ def add_parser(sub) -> None:
                         ("batch", "sequences per step"), ("d-model", "model width"), ("d-ff", "MLP width"),
                         ("layers", "layers"), ("heads", "attention heads"),
                         ("eval-tokens", "validation bytes per evaluation length")):
-        p.add_argument(f"--{name}", type=int, help=f"{help_} (default {getattr(DEFAULT, name.replace('-', '_'))}, "
-                                                   f"--quick {getattr(QUICK, name.replace('-', '_'))})")
+        p.add_argument(f"--{name}", type=int, help=f"{help_} (default {getattr(config.DEFAULT, name.replace('-', '_'))}, "
+                                                   f"--quick {getattr(config.QUICK, name.replace('-', '_'))})")
     p.add_argument("--eval-factors", help="evaluation lengths as multiples of --train-len (default 1,2,4,8)")
-    p.add_argument("--lr", type=float, help=f"peak learning rate (default {DEFAULT.lr})")
+    p.add_argument("--lr", type=float, help=f"peak learning rate (default {config.DEFAULT.lr})")
     p.add_argument("--seed", type=int, help="seed of the initialisation and the data order (default 0)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: half the cores, at most 4)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")

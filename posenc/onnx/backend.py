@@ -1,7 +1,7 @@
 """ONNX Runtime as a `posenc check` backend: a registry case runs on the graph `posenc export` would write.
 
 `onnx_call(fn, args, kwargs, optimize=...)` takes a case's NumPy inputs (the same the spec and the
-framework backends get), builds the `posenc.onnx_graphs` model of that contract function with the
+framework backends get), builds the `posenc.onnx.graphs` model of that contract function with the
 case's parameters (cached per function, parameters, shapes and tables), runs it once on ONNX Runtime
 (CPU) and returns the output. "eager" is ONNX Runtime with every graph optimisation disabled, "jit"
 with `ORT_ENABLE_ALL` (constant folding, fusions), so a fusion that changes a result fails the check.
@@ -27,8 +27,8 @@ from posenc_np._dtypes import dtype_name
 from posenc_np._freeze import freeze
 from posenc_np.rope import resolve_rotary_dim
 
-from . import onnx_graphs
-from .onnx_graphs import NotExportable
+from . import graphs
+from .graphs import NotExportable
 
 __all__ = ["onnx_call", "SUPPORTED", "NotExportable"]
 
@@ -53,7 +53,7 @@ def _digest(array):
 
 
 def _float_dtype(array):
-    return onnx_graphs._check_dtype(dtype_name(array.dtype))
+    return graphs.check_dtype(dtype_name(array.dtype))
 
 
 def _rope(args, kwargs):
@@ -100,7 +100,7 @@ def _prepare(fn, args, kwargs):
         positions, dim = args
         positions = _int_positions("positions", positions)
         params = {k: v for k, v in kwargs.items() if k in ("base", "layout", "denominator")}
-        dtype = onnx_graphs._check_dtype(kwargs.get("dtype"))
+        dtype = graphs.check_dtype(kwargs.get("dtype"))
         max_len, positions, rows = _compact(positions)
         build = dict(dim=dim, max_len=max_len, dtype=dtype, positions_rank=positions.ndim, table_positions=rows,
                      **params)
@@ -115,7 +115,7 @@ def _prepare(fn, args, kwargs):
             heads, q, k = args
             baked = ()
             build = dict(heads=heads, form=kwargs.get("form", "symmetric"),
-                         dtype=onnx_graphs._check_dtype(kwargs.get("dtype")))
+                         dtype=graphs.check_dtype(kwargs.get("dtype")))
         else:
             table, q, k = args
             _float_dtype(table)
@@ -143,8 +143,8 @@ def onnx_call(fn, args: tuple, kwargs: dict, *, optimize: bool = False, cache: d
            tuple((name, a.shape) for name, a in feeds.items()), optimize)
     session = None if cache is None else cache.get(key)
     if session is None:
-        model = getattr(onnx_graphs, builder)(*baked, **build)  # looked up per call: tests plant wrappers here
-        session = onnx_graphs.session(model, optimize=optimize)
+        model = getattr(graphs, builder)(*baked, **build)  # looked up per call: tests plant wrappers here
+        session = graphs.session(model, optimize=optimize)
         if cache is not None:
             cache[key] = session
     out = session.run(None, feeds)[0]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from ..adapters import BACKENDS, SPEC
+from ..canvas import FIGURE_FORMATS, require_matplotlib, save_figure
 from ..io import check_output
-from .figures import FIGURE_FORMATS, require_matplotlib, save_figure
+from . import figures
+from .figures import ATTENTION_ENCODINGS, FIGURES, load_table
 
 __all__ = ["add_parser", "run"]
 
@@ -12,43 +14,37 @@ _COMPUTED_BY = (SPEC, *BACKENDS)
 
 
 def _table(path):
-    from .plot import load_table
-
     return None if path is None else load_table(path)
 
 
 def _figure(args):
     """The figure of `args.kind`, its options taken from `args` (files already loaded)."""
-    from . import plot
-
     if args.kind == "table":
-        return plot.figure_table(encoding=args.convention or args.encoding, positions=args.positions, dim=args.dim,
-                                 backend=args.backend, base=args.base, table=_table(args.table), seed=args.seed)
+        return figures.figure_table(encoding=args.convention or args.encoding, positions=args.positions, dim=args.dim,
+                                    backend=args.backend, base=args.base, table=_table(args.table), seed=args.seed)
     if args.kind == "rope-decay":
-        return plot.figure_rope_decay(dim=args.dim, max_distance=args.max_distance, base=args.base,
-                                      scalings=plot.parse_scaling(args.scaling), backend=args.backend)
+        return figures.figure_rope_decay(dim=args.dim, max_distance=args.max_distance, base=args.base,
+                                         scalings=figures.parse_scaling(args.scaling), backend=args.backend)
     if args.kind == "bias":
-        return plot.figure_bias(encoding=args.encoding, heads=args.heads, length=args.length,
-                                table=_table(args.table), seed=args.seed, backend=args.backend)
+        return figures.figure_bias(encoding=args.encoding, heads=args.heads, length=args.length,
+                                   table=_table(args.table), seed=args.seed, backend=args.backend)
     if args.kind == "attention-maps":
-        return plot.figure_attention_maps(sentence=args.sentence, encodings=args.encodings, dim=args.dim,
-                                          table=_table(args.table), embedding_scale=args.embedding_scale,
-                                          shared_scale=args.shared_scale, causal=args.causal, seed=args.seed,
-                                          backend=args.backend)
+        return figures.figure_attention_maps(sentence=args.sentence, encodings=args.encodings, dim=args.dim,
+                                             table=_table(args.table), embedding_scale=args.embedding_scale,
+                                             shared_scale=args.shared_scale, causal=args.causal, seed=args.seed,
+                                             backend=args.backend)
     if args.kind == "diff":
-        return plot.figure_diff(args.a, args.b, positions=args.positions, dim=args.dim, backend=args.backend,
-                                backend_b=args.backend_b)
+        return figures.figure_diff(args.a, args.b, positions=args.positions, dim=args.dim, backend=args.backend,
+                                   backend_b=args.backend_b)
     if args.kind == "research":
-        from .plot import load_table
-
         weights = [load_table(path, ndim=None) for path in args.weights]
-        return plot.figure_research(encoding=args.encoding, heads=args.heads, length=args.length, dim=args.dim,
-                                    weights=weights, seed=args.seed, backend=args.backend)
+        return figures.figure_research(encoding=args.encoding, heads=args.heads, length=args.length, dim=args.dim,
+                                       weights=weights, seed=args.seed, backend=args.backend)
     if args.kind == "mrope":
-        return plot.figure_mrope(convention=args.convention, dim=args.dim)
+        return figures.figure_mrope(convention=args.convention, dim=args.dim)
     if args.kind == "schedule":
-        return plot.figure_schedule(config=args.config)
-    return plot.figure_experiment(args.report)
+        return figures.figure_schedule(config=args.config)
+    return figures.figure_experiment(args.report)
 
 
 def run(args) -> int:
@@ -61,8 +57,6 @@ def run(args) -> int:
 
 def add_parser(sub) -> None:
     """Add `plot` and its figure kinds to the `posenc` command line."""
-    from .plot import ATTENTION_ENCODINGS, FIGURES
-
     plot = sub.add_parser("plot", help="figures of the encodings (PNG, SVG or PDF by the suffix of --out)")
     kinds = plot.add_subparsers(dest="kind", required=True)
 
