@@ -1,0 +1,83 @@
+"""Gemma's (google-deepmind/gemma) `gemma/gm/math/_positional_embeddings.py` `apply_rope(inputs, positions, *,
+base_frequency, scale_factor=1.0, rope_proportion=1.0)` (checked on gemma 3.3.0 with jax 0.10.2).
+
+The module file imports only jax, so it is loaded by path (`import gemma` pulls the whole library).
+Mapping of the contract:
+
+* `inputs [B, L, N, H]`, `positions [B, L]`: every token of `x` becomes one row of `L`, carrying its own
+  position (`[1, tokens, 1, dim]`), so any positions run.
+* layout "half" only (Gemma's `split(inputs, 2)`); partial rotary: the first `rotary_dim` channels are
+  passed and the rest concatenated back, as a model slices before a kernel.
+* scalings: linear -> `scale_factor = factor`; proportional (Gemma 4) -> `rope_proportion =
+  partial_rotary_factor` with `scale_factor = factor`; the others are skips.
+
+Precision class "float32": `timescale = base ** (2j / H)` and `positions / timescale / scale_factor` in
+float32; the products promote bfloat16 inputs to float32 and the output is cast back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+from ...adapters import NotSupported
+from ..implementation import Implementation, ImplementationUnavailable
+from ._rope_inputs import rotary_width, token_positions
+
+DISTRIBUTION = "gemma"
+
+_MODULE = None
+
+
+def positional_embeddings():
+    """gemma's `gm/math/_positional_embeddings.py`, loaded by path (cached)."""
+    global _MODULE
+    if _MODULE is None:
+        spec = importlib.util.find_spec("gemma")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImplementationUnavailable("--impl gemma: gemma is not installed (pip install gemma)")
+        path = Path(list(spec.submodule_search_locations)[0]) / "gm" / "math" / "_positional_embeddings.py"
+        module_spec = importlib.util.spec_from_file_location("_posenc_gemma_positional_embeddings", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        _MODULE = module
+    return _MODULE
+
+
+def _gemma_scaling(scaling) -> dict:
+    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        return {}
+    if kind == "linear":
+        return {"scale_factor": float(scaling["factor"])}
+    if kind == "proportional":
+        return {"scale_factor": float(scaling.get("factor", 1.0)),
+                "rope_proportion": float(scaling.get("partial_rotary_factor", 1.0))}
+    raise NotSupported(f"gemma's apply_rope has scale_factor (linear) and rope_proportion (proportional), "
+                       f"no {kind!r}")
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+    """The contract's `apply_rope` through gemma's `apply_rope` (JAX in, JAX out)."""
+    import jax.numpy as jnp
+
+    if layout != "half":
+        raise NotSupported("gemma's apply_rope rotates halves only")
+    r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+    options = _gemma_scaling(scaling)
+    tokens = token_positions(x.shape, np.asarray(positions)).reshape(1, -1)
+    rotated = x[..., :r].reshape(1, -1, 1, r)
+    out = positional_embeddings().apply_rope(rotated, jnp.asarray(tokens), base_frequency=float(base), **options)
+    out = out.reshape(*x.shape[:-1], r)
+    return out if r == x.shape[-1] else jnp.concatenate([out, x[..., r:]], axis=-1)
+
+
+def load() -> Implementation:
+    import importlib.metadata
+
+    positional_embeddings()
+    return Implementation("gemma", "jax", {"apply_rope": apply_rope}, version=importlib.metadata.version("gemma"),
+                          layouts=("half",), dtypes=("float32", "bfloat16", "float16"), angles="float32",
+                          description="gm.math apply_rope (positions [B, L]; scale_factor, rope_proportion)")

@@ -1,0 +1,98 @@
+"""torchtune's `RotaryPositionalEmbeddings(dim, max_seq_len, base)` (torchtune/modules/position_embeddings.py)
+and `Llama3ScaledRoPE` (torchtune/models/llama3_1/_position_embeddings.py), checked on torchtune 0.6.1.
+
+`import torchtune` needs torchao; both module files import only torch, so they are loaded by path.
+Mapping of the contract:
+
+* `forward(x [b, s, n_h, h_d], *, input_pos [b, s])`: every token of `x` becomes one row of `s` carrying
+  its own position (`[1, tokens, 1, dim]`), so any positions run.
+* layout "interleaved" only (the Meta Llama complex form); partial rotary: the module is built with
+  `dim = rotary_dim` and given the first `rotary_dim` channels, the rest concatenated back.
+* scalings: unscaled, and llama3 through `Llama3ScaledRoPE(scale_factor, low_freq_factor,
+  high_freq_factor, old_context_len)`; the others are skips.
+* the cache holds `MAX_SEQ_LEN` rows (`max_positions`): `cache[input_pos]` indexes it, so positions at or
+  past it are the edge cases' business (an IndexError is the correct refusal).
+
+Precision class "float32": `theta` and the `einsum` of the cache are float32; `x` is upcast to float32
+for the products and the output cast back to its dtype.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+from ...adapters import NotSupported
+from ..implementation import Implementation, ImplementationUnavailable
+from ._rope_inputs import rotary_width, token_positions
+
+DISTRIBUTION = "torchtune"
+#: rows of the rope cache the modules are built with: covers the suite's longest positions (2**20 - 1)
+MAX_SEQ_LEN = 2**20
+
+_FILES = {"RotaryPositionalEmbeddings": ("modules", "position_embeddings.py"),
+          "Llama3ScaledRoPE": ("models", "llama3_1", "_position_embeddings.py")}
+_MODULES: dict = {}
+_BUILT: dict = {}  # the last module built: the cache costs ~0.1 s per 2**20 rows
+
+
+def module_class(name: str):
+    """torchtune's rotary class `name`, from its module file loaded by path (cached)."""
+    if name not in _MODULES:
+        spec = importlib.util.find_spec("torchtune")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImplementationUnavailable("--impl torchtune: torchtune is not installed "
+                                            "(pip install --no-deps torchtune)")
+        path = Path(list(spec.submodule_search_locations)[0]).joinpath(*_FILES[name])
+        module_spec = importlib.util.spec_from_file_location(f"_posenc_torchtune_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        _MODULES[name] = getattr(module, name)
+    return _MODULES[name]
+
+
+def rope_module(rotary_dim: int, base, scaling):
+    """The torchtune module for the contract's frequencies (the last one is reused)."""
+    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        key = ("RotaryPositionalEmbeddings", rotary_dim, float(base))
+        options = {}
+    elif kind == "llama3":
+        options = dict(scale_factor=scaling["factor"], low_freq_factor=scaling["low_freq_factor"],
+                       high_freq_factor=scaling["high_freq_factor"],
+                       old_context_len=scaling["original_max_position_embeddings"])
+        key = ("Llama3ScaledRoPE", rotary_dim, float(base), tuple(sorted(options.items())))
+    else:
+        raise NotSupported(f"torchtune has RotaryPositionalEmbeddings and Llama3ScaledRoPE, no {kind!r} scaling")
+    if key not in _BUILT:
+        _BUILT.clear()
+        _BUILT[key] = module_class(key[0])(rotary_dim, max_seq_len=MAX_SEQ_LEN, base=base, **options)
+    return _BUILT[key]
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None,
+               rotary_pct=None):
+    """The contract's `apply_rope` through torchtune's rotary module (torch in, torch out)."""
+    import torch
+
+    if layout != "interleaved":
+        raise NotSupported("torchtune's RotaryPositionalEmbeddings rotates interleaved pairs only")
+    r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+    module = rope_module(r, base, scaling)
+    tokens = token_positions(tuple(x.shape), positions.numpy()).reshape(1, -1)
+    rotated = x[..., :r].reshape(1, -1, 1, r)
+    out = module(rotated, input_pos=torch.from_numpy(np.ascontiguousarray(tokens))).reshape(*x.shape[:-1], r)
+    return out if r == x.shape[-1] else torch.cat([out, x[..., r:]], dim=-1)
+
+
+def load() -> Implementation:
+    import importlib.metadata
+
+    module_class("RotaryPositionalEmbeddings")
+    return Implementation("torchtune", "torch", {"apply_rope": apply_rope},
+                          version=importlib.metadata.version("torchtune"), layouts=("interleaved",),
+                          dtypes=("float32", "bfloat16", "float16"), angles="float32", max_positions=MAX_SEQ_LEN,
+                          description="RotaryPositionalEmbeddings / Llama3ScaledRoPE (input_pos [b, s], "
+                                      f"cache of {MAX_SEQ_LEN} rows)")
