@@ -33,7 +33,7 @@ JIT_DTYPES = ("float32",)
 
 #: Modules that register cases, in report order.
 CASE_MODULES = ("cases_absolute", "cases_rope", "cases_mrope", "cases_bias", "cases_grad", "cases_packing",
-                "cases_research", "cases_schedule")
+                "cases_research", "cases_schedule", "cases_edge")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 import zlib
@@ -15,7 +16,7 @@ from posenc_np.testing import compare
 from ..adapters import DEFAULT_TORCH_COMPILE_BACKEND, BackendUnavailable, NotSupported, adapter
 from .registry import Case
 
-__all__ = ["Record", "run", "run_parallel", "terminal_progress"]
+__all__ = ["Record", "run", "run_parallel", "run_implementations", "terminal_progress"]
 
 
 @dataclass
@@ -36,6 +37,16 @@ class Record:
     message: str = ""
     seconds: float = 0.0
     description: str = ""
+    #: `--impl` records: the implementation's version, and for a failure the known mismatch it matches
+    #: (`posenc.impl.diagnosis.DIAGNOSES`) with its sentence
+    impl: str | None = None
+    diagnosis: str | None = None
+    diagnosis_detail: str = ""
+    #: RoPE records of `--impl`: the worst angle error (radians) against the float64 spec, the position
+    #: that pair turned by, and the element (its index, the pair's first channel last)
+    worst_angle_err: float | None = None
+    worst_angle_position: int | None = None
+    worst_angle_index: list = field(default_factory=list)
 
     def as_dict(self):
         return asdict(self)
@@ -76,6 +87,8 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
     comparison it would have run is an error). A backend that is installed but fails to import is
     always an error: a broken install must not pass as a skip.
     """
+    from .cases_edge import is_edge_case
+
     records: list[Record] = []
     jit_cache = {} if jit_cache is None else jit_cache
     plan = [(case, dtype, backend, mode) for case in cases for dtype in dtypes if dtype in case.dtypes
@@ -116,8 +129,10 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
             records.append(Record(**base, status="skip", message=f"not supported: {error}"))
             continue
         except Exception as error:  # one failing backend must not hide the rest of the matrix
-            records.append(Record(**base, status="error", tol=tol.atol, tol_why=tol.why,
-                                  message=f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
+            text = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            refused = is_edge_case(case)  # in the edge set refusing is correct (an ONNX graph's cache, a kernel)
+            records.append(Record(**base, status="pass" if refused else "error", tol=tol.atol, tol_why=tol.why,
+                                  message=f"refused (raising is correct here): {text}" if refused else text,
                                   seconds=time.perf_counter() - started))
             continue
         records.append(Record(**base, status="pass" if result.passed else "fail", max_abs_err=result.max_abs_err,
@@ -299,3 +314,210 @@ def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, 
     order = {(c.family, c.convention, c.case, d, b, m): n for n, (c, d, b, m) in enumerate(
         (c, d, b, m) for c in cases for d in dtypes for b in backends for m in modes)}
     return sorted(records, key=lambda r: order.get((r.family, r.convention, r.case, r.dtype, r.backend, r.mode), 0))
+
+
+# --- other implementations (posenc check --impl) -------------------------------------------------------
+
+def run_implementations(cases, impls, *, dtypes, seed=0, progress=None):
+    """Compare every case x implementation x dtype (eagerly) with the spec; returns a list of `Record`s.
+
+    Each record's tolerance is the case's, with RoPE's angle term replaced by the implementation's
+    precision class (`posenc.impl.precision.class_tolerance`); RoPE records carry the worst angle error
+    and failing ones a diagnosis. A case the implementation cannot express (a function it lacks, a
+    keyword its callable does not take, a layout or dtype it does not declare, positions past its declared
+    table, or its own `NotSupported`) is a skip with the reason; an exception from a declared capability
+    is an error, except in the edge set (`posenc.check.cases_edge`), where refusing is correct.
+    """
+    from .cases_edge import is_edge_case
+
+    records: list[Record] = []
+    plan = [(case, dtype, impl) for case in cases for dtype in dtypes if dtype in case.dtypes and "eager" in case.modes
+            for impl in impls]
+    specs: dict = {}
+    for n, (case, dtype, impl) in enumerate(plan, 1):
+        if progress:
+            progress(n, len(plan), f"{case.id} {impl.name} {dtype}")
+        base = dict(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case,
+                    backend=impl.name, dtype=dtype, mode="eager", description=case.description, impl=impl.version)
+        if (case.id, dtype) not in specs:
+            args, kwargs = case.make(_seed(seed, case, dtype), dtype)
+            desired = _spec_call(case, args, kwargs)
+            specs[(case.id, dtype)] = (args, kwargs, desired, case.tol(_as_float64(desired), dtype, args))
+        args, kwargs, desired, case_tol = specs[(case.id, dtype)]
+        edge = is_edge_case(case)
+        reason = _impl_skip_reason(impl, case, args, kwargs, dtype, edge=edge)
+        if reason:
+            records.append(Record(**base, status="skip", message=reason))
+            continue
+        started = time.perf_counter()
+        try:
+            out = _impl_call(impl, case, args, kwargs)
+        except NotSupported as error:
+            records.append(Record(**base, status="skip", message=f"not supported: {error}"))
+            continue
+        except Exception as error:  # noqa: BLE001 - one failing implementation must not hide the matrix
+            text = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            status, message = ("pass", f"refused (raising is correct here): {text}") if edge else ("error", text)
+            records.append(Record(**base, status=status, message=message, seconds=time.perf_counter() - started))
+            continue
+        records.append(_judge(base, impl, case, args, kwargs, dtype, desired, case_tol, out,
+                              seconds=time.perf_counter() - started))
+    return records
+
+
+def _is_rope(case) -> bool:
+    return case.encoding == "apply_rope" and case.fn is None
+
+
+def _impl_skip_reason(impl, case, args, kwargs, dtype, *, edge) -> str | None:
+    if case.fn is None:
+        reason = impl.why_not(case.encoding, _passed_kwargs(case.encoding, kwargs), dtype)
+    elif impl.dtypes is not None and dtype not in impl.dtypes:
+        reason = f"{impl.name} declares dtypes {', '.join(impl.dtypes)}, not {dtype}"
+    else:
+        reason = None
+    if reason or edge or impl.max_positions is None:
+        return reason
+    for a in args:
+        if isinstance(a, np.ndarray) and a.dtype.kind in "iu" and a.size:
+            if a.max() >= impl.max_positions or a.min() < 0:
+                return (f"positions {int(a.min())}..{int(a.max())} are outside {impl.name}'s declared table of "
+                        f"{impl.max_positions} rows (the edge set checks what it does there)")
+    return None
+
+
+def _contract_default(function, key):
+    import posenc_np
+
+    try:
+        param = inspect.signature(getattr(posenc_np, function)).parameters.get(key)
+    except (AttributeError, TypeError, ValueError):
+        return inspect.Parameter.empty
+    return inspect.Parameter.empty if param is None else param.default
+
+
+def _is_default(function, key, value) -> bool:
+    default = _contract_default(function, key)
+    if default is inspect.Parameter.empty or isinstance(value, np.ndarray):
+        return False
+    try:
+        return value is default or (type(value) is type(default) and bool(value == default))
+    except Exception:  # noqa: BLE001 - an odd value is simply passed on
+        return False
+
+
+def _passed_kwargs(function, kwargs) -> dict:
+    """The keywords a case passes, without those equal to the contract function's default (and `dtype`:
+    the inputs carry it)."""
+    return {k: v for k, v in kwargs.items() if not _is_default(function, k, v)}
+
+
+class _Absent(AttributeError):
+    pass
+
+
+class _Namespace:
+    """An implementation's functions as a package module, for cases that call several contract functions
+    (`Case.fn`): a function it lacks, or a keyword one does not take, makes the case a skip."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    def __getattr__(self, name):
+        fn = self._impl.functions.get(name)
+        if fn is None:
+            raise _Absent(name)
+        return _guarded(self._impl, name, fn)
+
+
+def _guarded(impl, name, fn):
+    from ..impl import accepts_keyword
+
+    def call(*args, **kwargs):
+        kwargs = _passed_kwargs(name, kwargs)
+        refused = [k for k in kwargs if not accepts_keyword(fn, k)]
+        if refused:
+            raise NotSupported(f"{name} of {impl.name} does not accept keyword {', '.join(map(repr, refused))}")
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _to_framework(ad, a):
+    """A NumPy input as the framework's array; a view `base[..., :n]` of a wider array stays a view there
+    (the edge set's non-contiguous inputs reach the implementation non-contiguous)."""
+    if not isinstance(a, np.ndarray):
+        return a
+    base = a.base
+    if (not a.flags.c_contiguous and isinstance(base, np.ndarray) and base.ndim == a.ndim and base.flags.c_contiguous
+            and base.shape[:-1] == a.shape[:-1] and a.strides == base.strides
+            and a.__array_interface__["data"][0] == base.__array_interface__["data"][0]):
+        return ad.from_numpy(base)[..., : a.shape[-1]]
+    return ad.from_numpy(a)
+
+
+def _impl_call(impl, case, args, kwargs):
+    ad = adapter(impl.framework)
+    inputs = [_to_framework(ad, a) for a in args]
+    if case.fn is None:
+        out = _guarded(impl, case.encoding, impl.functions[case.encoding])(*inputs, **kwargs)
+    else:
+        try:
+            out = case.fn(_Namespace(impl), *inputs, **kwargs)
+        except _Absent as missing:
+            raise NotSupported(f"the case also calls {missing}, which {impl.name} does not provide") from None
+    return _to_numpy(ad, out)
+
+
+def _to_numpy(ad, out):
+    if isinstance(out, (tuple, list)):
+        return type(out)(_to_numpy(ad, o) for o in out)
+    return np.asarray(ad.to_numpy(out))
+
+
+def _outputs_for(out, desired):
+    """The implementation's outputs, each to be compared with the spec's: a tuple of arrays shaped like a
+    single-array spec result (a rotary kernel's q and k) is compared array by array."""
+    if isinstance(out, (tuple, list)) and not isinstance(desired, (tuple, list)):
+        return [np.asarray(o, np.float64) for o in out]
+    return [_as_float64(out)]
+
+
+def _judge(base, impl, case, args, kwargs, dtype, desired, case_tol, out, *, seconds):
+    from ..impl.precision import angle_error, class_tolerance
+
+    desired64 = _as_float64(desired)
+    rope = _is_rope(case)
+    tol = (class_tolerance(impl.angles, case_tol, desired64, dtype, args[0], args[1], kwargs) if rope else case_tol)
+    outputs = _outputs_for(out, desired)
+    results = [compare(o, desired64, tol) for o in outputs]
+    result = max(results, key=lambda r: (not r.passed, r.err_in_tol))
+    fields = dict(max_abs_err=result.max_abs_err, err_in_tol=result.err_in_tol, worst_index=list(result.worst_index),
+                  tol=result.atol, tol_why=result.tol_why, message=result.message, seconds=seconds)
+    if rope:
+        angles = [e for e in (angle_error(o, desired64, np.shape(args[0]), args[1], kwargs)
+                              for o in outputs if o.shape == desired64.shape) if e is not None]
+        if angles:
+            worst = max(angles, key=lambda e: e.radians)
+            fields.update(worst_angle_err=worst.radians, worst_angle_position=worst.position,
+                          worst_angle_index=list(worst.index))
+    status = "pass" if all(r.passed for r in results) else "fail"
+    if status == "fail":
+        fields.update(_diagnosis(case, args, kwargs, dtype, outputs, desired64, tol))
+    return Record(**base, status=status, **fields)
+
+
+def _diagnosis(case, args, kwargs, dtype, outputs, desired64, tol) -> dict:
+    """`diagnosis` and `diagnosis_detail` of a failing record (`posenc.impl.diagnosis.diagnose`)."""
+    import posenc_np
+
+    from ..impl.diagnosis import diagnose
+
+    if _is_rope(case):
+        found = diagnose(outputs, desired64, tol, encoding="apply_rope", args=args, kwargs=kwargs, dtype=dtype)
+    else:
+        spec = getattr(posenc_np, case.encoding, None) if case.fn is None else None
+        args64, kwargs64 = _spec_args(args, kwargs)
+        found = diagnose(outputs, desired64, tol, encoding=case.encoding, args=args64, kwargs=kwargs64, dtype=dtype,
+                         spec_fn=None if spec is None else (lambda *a, **k: _as_float64(spec(*a, **k))))
+    return dict(diagnosis=found.name, diagnosis_detail=found.sentence)

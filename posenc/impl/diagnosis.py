@@ -1,0 +1,195 @@
+"""Naming the known mismatch a failing output matches (docs/impl.md, "Diagnosis").
+
+Each candidate re-runs the float64 spec with one variant of the case (another layout, positions off by
+one, another base, the scaling dropped, ...) and asks whether the implementation's output equals that
+within the record's own tolerance. The first candidate that matches names the failure; `unrotated` and
+`non-finite` are read from the output itself (any row returned as its input, any non-finite value where
+the spec has a number), and `angle-precision` from the output passing under a float32-angle bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from posenc_np.testing import Tolerance, compare
+
+from .precision import float32_tolerance, rope_kwargs, spec_rotation
+
+__all__ = ["Diagnosis", "diagnose", "DIAGNOSES"]
+
+#: Every diagnosis a record can carry (the contract's list).
+DIAGNOSES = ("layout", "offset", "base", "scaling-ignored", "attention-factor", "angle-precision",
+             "partial-vs-proportional", "mrope-axes", "mrope-layout", "unrotated", "direction", "non-finite",
+             "unknown")
+#: Bases tried for `base` besides the case's own: the common defaults.
+OTHER_BASES = (10000.0, 500000.0, 1000000.0, 100000.0)
+#: The float32 angle bound times this still counts as `angle-precision` (an iterative or exp/log angle
+#: formation is a few times a single product's error; a wrong frequency is orders of magnitude off).
+ANGLE_PRECISION_FACTOR = 16.0
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    name: str
+    sentence: str
+
+
+def _outputs(actual):
+    return list(actual) if isinstance(actual, (tuple, list)) else [actual]
+
+
+def _equals(actual, variant, tol: Tolerance) -> bool:
+    return all(compare(np.asarray(a, np.float64), variant, tol).passed for a in _outputs(actual))
+
+
+def _nonfinite(actual, desired) -> str | None:
+    for a in _outputs(actual):
+        a = np.asarray(a, np.float64)
+        if a.shape != desired.shape:
+            continue
+        bad = ~np.isfinite(a) & np.isfinite(desired)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"your outputs hold {int(bad.sum())} non-finite values where the spec has numbers "
+                    f"(first at index {where})")
+    return None
+
+
+def _unrotated_rows(actual, desired, x, tol: Tolerance) -> str | None:
+    """Rows (the last axis) returned equal to the input where the spec rotates them."""
+    x = np.asarray(x, np.float64)
+    for a in _outputs(actual):
+        a = np.asarray(a, np.float64)
+        if a.shape != x.shape:
+            continue
+        same = np.all(np.abs(a - x) <= tol.atol, axis=-1)
+        moved = np.any(np.abs(desired - x) > tol.atol, axis=-1)
+        rows = same & moved
+        if rows.any():
+            first = tuple(int(i) for i in np.argwhere(rows)[0])
+            return (f"your outputs return {int(rows.sum())} of {rows.size} rows unrotated (equal to the input "
+                    f"where the spec rotates them; first at index {first})")
+    return None
+
+
+def _apply(x, positions, kwargs):
+    import posenc_np
+
+    return posenc_np.apply_rope(np.asarray(x, np.float64), positions, **rope_kwargs(kwargs))
+
+
+def _rope_variants(x, positions, kwargs):
+    """`(name, sentence, spec output)` for every applicable RoPE variant, in diagnosis order."""
+    kw = rope_kwargs(kwargs)
+    layout = kw.get("layout", "half")
+    other = "interleaved" if layout == "half" else "half"
+    yield "layout", f"your outputs equal the spec with layout={other!r}", lambda: _apply(x, positions,
+                                                                                         {**kw, "layout": other})
+    for delta in (1, -1):
+        yield ("offset", f"your outputs equal the spec with positions {delta:+d}",
+               lambda delta=delta: _apply(x, np.asarray(positions) + delta, kw))
+    base = float(kw.get("base", 10000.0))
+    for other_base in OTHER_BASES:
+        if other_base != base:
+            yield ("base", f"your outputs equal the spec with base={other_base:g} (the case's base is {base:g})",
+                   lambda b=other_base: _apply(x, positions, {**kw, "base": b}))
+    if kw.get("scaling") is not None:
+        yield ("scaling-ignored", "your outputs equal the spec without the scaling (scaling=None)",
+               lambda: _apply(x, positions, {**kw, "scaling": None}))
+    rot = spec_rotation(np.shape(x), positions, kw)
+    s = rot.attention_scale
+    if s != 1.0:
+        r = 2 * len(rot.first)
+        for word, factor in (("dropped", 1 / s), ("applied twice", s)):
+            def scaled(factor=factor):
+                out = _apply(x, positions, kw)
+                out[..., :r] *= factor
+                return out
+            yield ("attention-factor", f"your outputs equal the spec with the attention factor {s:.6g} {word}",
+                   scaled)
+    dim = np.shape(x)[-1]
+    r = 2 * len(rot.first)
+    if r < dim:
+        yield ("partial-vs-proportional",
+               f"your outputs equal the spec with frequencies base^(-2j/{dim}) (the head dim) instead of "
+               f"base^(-2j/{r}) (the rotary dim)",
+               lambda: _apply(x, positions, {**kw, "base": base ** (r / dim)}))
+    if kw.get("mrope_section") is not None:
+        positions_ = np.asarray(positions)
+        for axis in range(positions_.shape[0]):
+            yield ("mrope-axes", f"your outputs equal the spec with position axis {axis} used for every axis",
+                   lambda a=axis: _apply(x, np.broadcast_to(positions_[a], positions_.shape).copy(), kw))
+        interleaved = bool(kw.get("mrope_interleaved", False))
+        yield ("mrope-layout",
+               f"your outputs equal the spec with mrope_interleaved={not interleaved} "
+               f"({'contiguous' if interleaved else 'interleaved'} sections)",
+               lambda: _apply(x, positions, {**kw, "mrope_interleaved": not interleaved}))
+
+    def backwards():
+        x64 = np.asarray(x, np.float64)
+        out = x64.copy()
+        a, b = x64[..., rot.first], x64[..., rot.second]
+        out[..., rot.first] = a * rot.c + b * rot.d
+        out[..., rot.second] = -a * rot.d + b * rot.c
+        return out
+
+    yield "direction", "your outputs equal the spec rotated by -theta (the opposite direction)", backwards
+
+
+def _generic_variants(fn, args, kwargs):
+    """Variants for non-RoPE encodings: positions off by one (the first integer array), another base, layout."""
+    index = next((i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind in "iu"), None)
+    if index is not None:
+        for delta in (1, -1):
+            def shifted(delta=delta):
+                moved = list(args)
+                moved[index] = args[index] + delta
+                return fn(*moved, **kwargs)
+            yield "offset", f"your outputs equal the spec with positions {delta:+d}", shifted
+    if "base" in kwargs:
+        for other_base in OTHER_BASES:
+            if other_base != kwargs["base"]:
+                yield ("base", f"your outputs equal the spec with base={other_base:g}",
+                       lambda b=other_base: fn(*args, **{**kwargs, "base": b}))
+
+
+def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, spec_fn=None) -> Diagnosis:
+    """The known mismatch a failing output matches (see the module docstring), or `unknown`.
+
+    Args:
+        actual: the implementation's output (an array, or a tuple of arrays each meant to equal the spec).
+        desired: the spec's float64 output; `tol` the record's tolerance.
+        encoding: the case's contract function; `args`, `kwargs` its inputs (float inputs in `dtype`).
+        spec_fn: `(*args, **kwargs) -> array`, the spec function, for the non-RoPE variants.
+    """
+    desired = np.asarray(desired, np.float64)
+    text = _nonfinite(actual, desired)
+    if text:
+        return Diagnosis("non-finite", text)
+    rope = encoding == "apply_rope"
+    if rope:
+        x, positions = args[0], args[1]
+        text = _unrotated_rows(actual, desired, x, tol)
+        if text:
+            return Diagnosis("unrotated", text)
+        variants = _rope_variants(x, positions, kwargs)
+    elif spec_fn is not None:
+        variants = _generic_variants(spec_fn, args, {k: v for k, v in kwargs.items() if k != "dtype"})
+    else:
+        variants = ()
+    for name, sentence, build in variants:
+        try:
+            variant = np.asarray(build(), np.float64)
+        except (ValueError, TypeError):  # the variant is not a valid case (e.g. a negative position)
+            continue
+        if variant.shape == desired.shape and _equals(actual, variant, tol):
+            return Diagnosis(name, sentence)
+    if rope:
+        loose = float32_tolerance(desired, dtype, args[0], args[1], kwargs, factor=ANGLE_PRECISION_FACTOR)
+        if loose.atol > tol.atol and _equals(actual, desired, loose):
+            return Diagnosis("angle-precision", "your outputs are within a float32-angle bound "
+                                                f"({loose.atol:.3g}) of the spec: angles formed in a lower "
+                                                "precision, the error grows with the position")
+    return Diagnosis("unknown", "your outputs match none of the known mismatches")
