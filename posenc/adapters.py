@@ -343,54 +343,6 @@ class MlxAdapter(Adapter):
         return mx.vjp(lambda p: fn(p), [primal], [cotangent.astype(out.dtype)])[1][0]
 
 
-class MlxAdapter(Adapter):
-    """MLX (`mlx.core` arrays); jit is `mx.compile`, the vjp `mx.vjp`. On Linux MLX runs on its CPU
-    device (the `mlx[cpu]` install); float64 exists there only (posenc_mlx keeps its float64 on the CPU)."""
-
-    name, package, framework = "mlx", "posenc_mlx", "mlx"
-    distributions, cost = ("mlx", "mlx-cpu", "mlx-metal"), 0.6
-
-    def _load(self):
-        try:
-            return super()._load()
-        except BackendUnavailable as error:
-            if "libmlx" in str(error):  # plain `pip install mlx` on Linux ships no backend library
-                raise BackendUnavailable(f"{error} (on Linux install mlx[cpu], which adds the CPU backend)") from error
-            raise
-
-    def from_numpy(self, array):
-        import mlx.core as mx
-
-        if array.dtype == np.float64:
-            return mx.array(array, dtype=mx.float64)  # mx.array alone would make float64 float32
-        if array.dtype == numpy_dtype("bfloat16"):
-            return mx.array(array.astype(np.float32)).astype(mx.bfloat16)
-        return mx.array(np.ascontiguousarray(array))
-
-    def to_numpy(self, tensor):
-        import mlx.core as mx
-
-        if tensor.dtype == mx.bfloat16:
-            return np.array(tensor.astype(mx.float32)).astype(numpy_dtype("bfloat16"))
-        return np.array(tensor)
-
-    def dtype(self, name):
-        import mlx.core as mx
-
-        return getattr(mx, dtype_name(name))
-
-    def jit(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
-        import mlx.core as mx
-
-        return mx.compile(fn)
-
-    def vjp(self, fn, primal, cotangent):
-        import mlx.core as mx
-
-        out = fn(primal)  # lazy: only its dtype is read here
-        return mx.vjp(lambda p: fn(p), [primal], [cotangent.astype(out.dtype)])[1][0]
-
-
 class OnnxAdapter(NumpyAdapter):
     """ONNX Runtime (CPU) running the graphs `posenc export` writes (`posenc/onnx/backend.py`).
 
