@@ -1,7 +1,7 @@
 """The public names: docs/api.md's contract table, every package's `__all__`, and what the packages export.
 
 docs/api.md §2 lists every public name with the packages that export it (`all`, `spec` = posenc_np only,
-`backends` = posenc_torch, posenc_tf, posenc_jax). The `__all__` lists are read from the source with `ast`,
+`backends` = posenc_torch, posenc_tf, posenc_jax, posenc_mlx). The `__all__` lists are read from the source with `ast`,
 so these checks need no framework and never skip; importing a backend (to check the names exist at run time)
 uses the backends this run selects (tests/conftest.py).
 """
@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 API_MD = ROOT / "docs" / "api.md"
 SPEC = "posenc_np"
-BACKENDS = ("posenc_torch", "posenc_tf", "posenc_jax")
+BACKENDS = ("posenc_torch", "posenc_tf", "posenc_jax", "posenc_mlx")
 PACKAGES = (SPEC, *BACKENDS)
 WHERE = {"all": set(PACKAGES), "spec": {SPEC}, "backends": set(BACKENDS)}
 
@@ -105,7 +105,7 @@ def test_all_is_exactly_the_contract_names_of_the_package(package):
                        f"add a row to the contract table and an entry")
 
 
-def test_the_three_backends_export_the_same_names():
+def test_the_backends_export_the_same_names():
     names = {package: sorted(declared(package)[0]) for package in BACKENDS}
     assert len({tuple(v) for v in names.values()}) == 1, names
 
