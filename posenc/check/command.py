@@ -49,14 +49,20 @@ def select(cases, *, encodings=None, dtypes=DTYPES, modes=MODES):
 def run(args) -> int:
     from .registry import all_cases
     from .report import json_report, markdown_table, terminal_table
-    from .runner import run_parallel, terminal_progress
+    from .runner import run_implementations, run_parallel, terminal_progress
 
     cases = all_cases()
     # families of the contract's encodings, then those only cases name (e.g. the reference `attention`)
     case_families = [f for f in dict.fromkeys(c.family for c in cases) if f not in families()]
     known = families() + case_families + sorted(conventions) + sorted({c.convention for c in cases} - set(conventions))
     encodings = parse_choices(args.encoding, known, "--encoding")
-    backends = parse_choices(args.backend, BACKENDS, "--backend", default=list(BACKENDS))
+    impl_specs = _impl_specs(args.impl)
+    if impl_specs == ["list"]:
+        print(_impl_list())
+        return 0
+    impls = _implementations(impl_specs)
+    # with --impl only the named implementations run, unless --backend names posenc's own alongside
+    backends = parse_choices(args.backend, BACKENDS, "--backend", default=[] if impls else list(BACKENDS))
     dtypes = parse_choices(args.dtype, DTYPES, "--dtype", default=list(DTYPES))
     modes = parse_choices(args.mode, MODES, "--mode", default=list(MODES))
     require = parse_choices(args.require, BACKENDS, "--require", default=[])
@@ -68,12 +74,17 @@ def run(args) -> int:
     for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
         if path:
             check_output(path, what=f"{flag} report")
+    if impls and "eager" not in modes:
+        raise UsageError(f"--impl runs implementations eagerly; --mode {','.join(modes)} excludes eager")
     cases = select(cases, encodings=encodings, dtypes=dtypes, modes=modes)
     runtimes = _distributed_runtimes(backends) if args.distributed else []
     started = time.perf_counter()
-    records = run_parallel(cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require,
-                           jobs=args.jobs, compile_backend=args.torch_compile_backend, timeout=args.timeout,
-                           progress=None if args.quiet else terminal_progress())
+    progress = None if args.quiet else terminal_progress()
+    records = [] if not backends else run_parallel(
+        cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require, jobs=args.jobs,
+        compile_backend=args.torch_compile_backend, timeout=args.timeout, progress=progress)
+    if impls:
+        records += run_implementations(cases, impls, dtypes=dtypes, seed=args.seed, progress=progress)
     print(terminal_table(records, verbose=args.verbose))
     print(f"({len(cases)} cases, {time.perf_counter() - started:.1f} s; seed {args.seed}; torch.compile backend "
           f"{args.torch_compile_backend})")
@@ -81,12 +92,60 @@ def run(args) -> int:
         records += _distributed_section(runtimes, require)
     seconds = time.perf_counter() - started
     if args.json:
+        versions = {**_versions(), **{f"impl:{i.name}": i.version for i in impls if i.version}}
         write_atomic(args.json, json_report(records, argv=sys.argv[1:], seed=args.seed, seconds=seconds,
-                                            versions=_versions()), what="--json report")
+                                            versions=versions), what="--json report")
     if args.markdown:
         write_atomic(args.markdown, markdown_table(records), what="--markdown report")
     failed = any(r.status in ("fail", "error") for r in records)
     return 1 if failed else 0
+
+
+def _impl_specs(values) -> list[str]:
+    """The `--impl` SPECs (repeatable, comma-separated), else those of `POSENC_IMPL`; `list` stands alone."""
+    from ..impl.resolve import ENV, split_env
+
+    specs = [v for value in values for v in split_env(value)] if values else split_env(os.environ.get(ENV))
+    if values and not specs:
+        raise UsageError(f"--impl {','.join(values)!r} names nothing; give a built-in name, module:attr or "
+                         "path/to/file.py:attr (--impl list shows the built-ins)")
+    if "list" in specs and len(specs) > 1:
+        raise UsageError("--impl list stands alone")
+    return list(dict.fromkeys(specs))
+
+
+def _implementations(specs) -> list:
+    """The Implementations the SPECs name; a SPEC naming nothing usable is a UsageError naming it."""
+    from ..impl import ImplementationUnavailable
+    from ..impl.resolve import ImplementationSpecError, resolve
+
+    impls = []
+    for spec in specs:
+        try:
+            impls += resolve(spec)
+        except (ImplementationSpecError, ImplementationUnavailable) as error:
+            raise UsageError(str(error)) from None
+    names = [i.name for i in impls]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UsageError(f"--impl names two implementations called {', '.join(map(repr, repeated))}")
+    return impls
+
+
+def _impl_list() -> str:
+    """`--impl list`: every built-in with installed / not installed, its version and distribution."""
+    from ..impl.builtin import BUILTINS, builtin_module, builtin_status
+
+    rows = []
+    for name in BUILTINS:
+        installed, version = builtin_status(name)
+        try:
+            distribution = builtin_module(name).DISTRIBUTION
+        except ImportError:
+            distribution = "(adapter missing)"
+        rows.append(f"{name:20} {'installed' if installed else 'not installed':14} {version or '-':12} "
+                    f"pip: {distribution}")
+    return "\n".join(rows)
 
 
 def _distributed_runtimes(backends) -> list:
@@ -133,6 +192,11 @@ def add_parser(subparsers) -> None:
     check.add_argument("--dtype", action="append", help=f"{', '.join(DTYPES)} (default: all)")
     check.add_argument("--mode", action="append", help=f"{', '.join(MODES)} (default: both)")
     check.add_argument("--require", action="append", help="backends that must be installed: missing is a failure")
+    check.add_argument("--impl", action="append", metavar="SPEC",
+                       help="check another implementation instead of posenc's backends (add --backend to run "
+                            "them alongside): a built-in name (transformers, onnxruntime, mlx, ...), module:attr "
+                            "or path/to/file.py:attr (attr defaults to IMPL) holding a posenc.impl.Implementation; "
+                            "repeatable, comma-separated; default $POSENC_IMPL; '--impl list' lists the built-ins")
     check.add_argument("--json", metavar="PATH", help="write the machine-readable report")
     check.add_argument("--markdown", metavar="PATH", help="write a Markdown table of every comparison")
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")

@@ -43,7 +43,8 @@ def terminal_table(records, *, verbose=False) -> str:
         for r in bad:
             where = f" at index {tuple(r.worst_index)}" if r.worst_index else ""
             lines.append(f"  {r.family}/{r.convention}/{r.case} {r.backend} {r.dtype} {r.mode}: "
-                         f"{r.message or 'error exceeds tolerance'}{where}; tol {r.tol_why}")
+                         f"{r.message or 'error exceeds tolerance'}{where}; tol {r.tol_why}{_angle(r, '; ')}"
+                         + (f"; diagnosis: {r.diagnosis}: {r.diagnosis_detail}" if r.diagnosis else ""))
         lines.append("")
     good = [r for r in records if r.status == "pass"]
     if good:
@@ -55,22 +56,61 @@ def terminal_table(records, *, verbose=False) -> str:
             for r in good:
                 groups.setdefault((r.family, r.convention, r.case), []).append(r)
             rows = []
+            angles = any(r.worst_angle_err is not None for r in good)
             for (family, convention, case), rs in sorted(groups.items()):
                 worst = max(rs, key=lambda r: r.err_in_tol or 0.0)
                 backends = ",".join(sorted({r.backend for r in rs}))
-                rows.append((family, convention, case, backends, f"{len(rs)} runs",
-                             f"{worst.max_abs_err:.1e}", f"{worst.err_in_tol:.3f}",
-                             f"{worst.backend}/{worst.dtype}/{worst.mode}"))
+                row = (family, convention, case, backends, f"{len(rs)} runs",
+                       "" if worst.max_abs_err is None else f"{worst.max_abs_err:.1e}",
+                       "" if worst.err_in_tol is None else f"{worst.err_in_tol:.3f}",
+                       f"{worst.backend}/{worst.dtype}/{worst.mode}")
+                if angles:
+                    turned = [r for r in rs if r.worst_angle_err is not None]
+                    row += (_angle(max(turned, key=lambda r: r.worst_angle_err)) if turned else "",)
+                rows.append(row)
             lines += _format(rows, ("family", "convention", "case", "backends", "runs", "worst err",
-                                    "err/tol", "worst at"))
+                                    "err/tol", "worst at") + (("worst angle error",) if angles else ()))
         lines.append("")
     skipped = [r for r in records if r.status == "skip"]
     if skipped:
         reasons = Counter((r.backend, r.message) for r in skipped)
         for (backend, message), n in sorted(reasons.items()):
             lines.append(f"skipped {n} comparisons on {backend}: {message}")
+    lines += _angle_summary(records)
     lines.append(summary_line(records))
     return "\n".join(lines)
+
+
+def _angle(r, lead="") -> str:
+    """`worst angle error 1.2e-07 rad at position 4097` of a RoPE record of `--impl` ('' without one)."""
+    if r.worst_angle_err is None:
+        return ""
+    return f"{lead}worst angle error {r.worst_angle_err:.2e} rad at position {r.worst_angle_position}"
+
+
+def _angle_summary(records) -> list:
+    """For each implementation of `--impl`: its pass/fail/skip counts and diagnoses, then per dtype its worst
+    angle error against the float64 spec over the RoPE records (pass or fail), where and in which record."""
+    lines = []
+    by_backend: dict = {}
+    for r in records:
+        if r.impl is not None:
+            by_backend.setdefault(r.backend, []).append(r)
+    for backend, rs in by_backend.items():
+        counts = Counter(r.status for r in rs)
+        diagnoses = Counter(r.diagnosis for r in rs if r.diagnosis)
+        text = (f"{backend} {rs[0].impl}: {counts['pass']} passed, {counts['fail'] + counts['error']} failed, "
+                f"{counts['skip']} skipped")
+        if diagnoses:
+            text += "; diagnoses " + ", ".join(f"{name} x{n}" for name, n in diagnoses.most_common())
+        lines.append(text)
+        for dtype in dict.fromkeys(r.dtype for r in rs):
+            turned = [r for r in rs if r.dtype == dtype and r.worst_angle_err is not None]
+            if turned:
+                worst = max(turned, key=lambda r: r.worst_angle_err)
+                lines.append(f"  {dtype}: {_angle(worst)} ({worst.family}/{worst.convention}/{worst.case}, "
+                             f"{worst.status})")
+    return lines
 
 
 def _format(rows, header=_COLUMNS):

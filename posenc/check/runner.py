@@ -108,7 +108,7 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
     for n, (case, dtype, backend, mode) in enumerate(plan, 1):
         if progress:
             progress(n, len(plan), f"{case.id} {backend} {dtype} {mode}")
-        base = dict(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case,
+        base = dict(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case_set,
                     backend=backend, dtype=dtype, mode=mode, description=case.description)
         if backend in broken:
             skipped = broken[backend] == "not installed"
@@ -117,7 +117,7 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
         if (case.id, dtype) not in specs:
             args, kwargs = case.make(_seed(seed, case, dtype), dtype)
             desired = _as_float64(_spec_call(case, args, kwargs))
-            tol = case.tol(desired, dtype, args) if case.tol_needs_inputs else case.tol(desired, dtype)
+            tol = case.tol(desired, dtype, args)
             specs[(case.id, dtype)] = (args, kwargs, desired, tol)
         args, kwargs, desired, tol = specs[(case.id, dtype)]
         started = time.perf_counter()
@@ -226,7 +226,7 @@ def _exit_reason(process) -> str:
 
 def _group_failed(cases, group, dtypes, modes, message):
     """One error record per comparison a failed worker was to run."""
-    return [Record(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case,
+    return [Record(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case_set,
                    backend=backend, dtype=dtype, mode=mode, description=case.description, status="error",
                    message=message)
             for case in cases for dtype in dtypes if dtype in case.dtypes
@@ -264,7 +264,7 @@ def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, 
     if len(groups) < 2 and timeout is None:
         return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
                    progress=progress, compile_backend=compile_backend)
-    # the frameworks' settings, quiet logging (`posenc.adapters.quiet_frameworks`) included
+    # the frameworks' settings, quiet logging (`posenc.quiet.quiet_frameworks`) included
     environ = {k: v for k, v in os.environ.items() if k.startswith(("POSENC_", "TF_", "KERAS_", "JAX_", "XLA_"))}
     ids = [c.id for c in cases]
     context = multiprocessing.get_context("spawn")
@@ -311,12 +311,15 @@ def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, 
             done += 1
             if progress:
                 progress(done, len(groups), f"backends {','.join(group)} done")
-    order = {(c.family, c.convention, c.case, d, b, m): n for n, (c, d, b, m) in enumerate(
+    order = {(c.family, c.convention, c.case_set, d, b, m): n for n, (c, d, b, m) in enumerate(
         (c, d, b, m) for c in cases for d in dtypes for b in backends for m in modes)}
     return sorted(records, key=lambda r: order.get((r.family, r.convention, r.case, r.dtype, r.backend, r.mode), 0))
 
 
 # --- other implementations (posenc check --impl) -------------------------------------------------------
+
+#: `Record.impl` of an implementation that declares no version.
+UNVERSIONED = "unversioned"
 
 def run_implementations(cases, impls, *, dtypes, seed=0, progress=None):
     """Compare every case x implementation x dtype (eagerly) with the spec; returns a list of `Record`s.
@@ -337,8 +340,9 @@ def run_implementations(cases, impls, *, dtypes, seed=0, progress=None):
     for n, (case, dtype, impl) in enumerate(plan, 1):
         if progress:
             progress(n, len(plan), f"{case.id} {impl.name} {dtype}")
-        base = dict(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case,
-                    backend=impl.name, dtype=dtype, mode="eager", description=case.description, impl=impl.version)
+        base = dict(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case_set,
+                    backend=impl.name, dtype=dtype, mode="eager", description=case.description,
+                    impl=impl.version or UNVERSIONED)
         if (case.id, dtype) not in specs:
             args, kwargs = case.make(_seed(seed, case, dtype), dtype)
             desired = _spec_call(case, args, kwargs)
