@@ -534,9 +534,16 @@ def scaling_from_hf_config(config) -> dict:
     return dict(base=float(base), rotary_dim=rotary_dim, scaling=scaling, **mrope)
 
 
-#: model_type prefix -> (mrope_section when the config omits it, always interleaved), transformers 5.24.
+#: model_type prefix -> (mrope_section when the config omits it, always interleaved): what each family's
+#: rotary module fills in (transformers 5.24 `models/<family>/modeling_<family>.py`, `config.rope_parameters
+#: .get("mrope_section", default)`; "always interleaved": its `recomposition_frequencies` takes the stride-3
+#: Qwen3-VL map whatever the config says; the GLM families pair their contiguous sections interleaved).
 _MROPE_MODEL_DEFAULTS = {"qwen2_vl": ([16, 24, 24], False), "qwen2_5_vl": ([16, 24, 24], False),
-                         "qwen3_vl": ([24, 20, 20], True)}
+                         "qwen3_vl": ([24, 20, 20], True), "qwen3_5": ([11, 11, 10], True),
+                         "qwen4_exp": ([11, 11, 10], True), "cosmos3_edge": ([24, 20, 20], True),
+                         "hy_v4_vl": ([24, 20, 20], True), "paddleocr_vl": ([16, 24, 24], False),
+                         "glm4v": ([8, 12, 12], False), "glm_ocr": ([8, 12, 12], False),
+                         "glm_image": ([8, 12, 12], False)}
 
 
 def _mrope_from_config(config, params) -> dict:

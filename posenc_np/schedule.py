@@ -71,6 +71,10 @@ INTERLEAVED_FAMILIES = {
     "ernie4_5_moe": "ernie4_5_moe/modeling_ernie4_5_moe.py (same as ernie4_5)",
     "ernie4_5_vl_moe_text": "ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py (same as ernie4_5)",
     "helium": "helium/modeling_helium.py apply_rotary_pos_emb (glm style)",
+    "glm4v_text": "glm4v/modeling_glm4v.py rotate_half_llm, recomposition_frequencies repeat_interleave(2)",
+    "glm4v_moe_text": "glm4v_moe/modeling_glm4v_moe.py (same as glm4v)",
+    "glm_image_text": "glm_image/modeling_glm_image.py (same as glm4v)",
+    "hy_v4_vl_text": "hy_v4_vl/modeling_hy_v4_vl.py apply_rotary_pos_emb ('glm rope style')",
     "moonshine_streaming": "moonshine_streaming/modeling_moonshine_streaming.py apply_rotary_pos_emb (glm style)",
     "pe_audio_encoder": "pe_audio/modeling_pe_audio.py apply_rotary_pos_emb (pairs x.reshape(..., -1, 1, 2))",
     "pe_video_encoder": "pe_video/modeling_pe_video.py (same as pe_audio)",
@@ -84,8 +88,10 @@ REFUSED_FAMILIES = {
     "blt_local_decoder": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
     "blt_local_encoder": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
     "blt_patcher": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
-    "glm4v_text": "multi-axis RoPE: the rotary module splits the angles into (temporal, height, width) sections",
-    "glm_image_text": "multi-axis RoPE (sections of glm4v)",
+    "ernie4_5_vl_moe_text": "its 3-D rule pairs height and width alternately over the first "
+                            "mrope_section[0] + mrope_section[1] pairs with pre-rotated frequencies "
+                            "(ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py compute_default_rope_parameters, "
+                            "recomposition_frequencies), which no mrope_section / mrope_interleaved setting gives",
     "hunyuan_vl_text": "multi-axis xdrope (hunyuan_vl/modeling_hunyuan_vl.py)",
     "qwen2_5_omni_text": "multi-axis mrope in the model code (qwen2_5_omni/modeling_qwen2_5_omni.py)",
     "qwen2_5_omni_talker": "multi-axis mrope in the model code (qwen2_5_omni/modeling_qwen2_5_omni.py)",
@@ -110,6 +116,47 @@ ROPE_ONLY_ON_SLIDING = {
     "cohere2": "cohere2/modeling_cohere2.py Cohere2Attention: apply_rotary_pos_emb only if sliding_window",
     "cohere2_moe": "cohere2_moe/modeling_cohere2_moe.py (same as cohere2)",
 }
+# MLA families whose attention always rotates the rope slice as interleaved pairs
+# (`apply_rotary_pos_emb_interleave` unconditionally): the config carries no `rope_interleave`, the code fixes it.
+MLA_ALWAYS_INTERLEAVED = {
+    "deepseek_v32": "deepseek_v32/modeling_deepseek_v32.py:426 DeepseekV32Attention (main MLA path)",
+    "glm_moe_dsa": "glm_moe_dsa/modeling_glm_moe_dsa.py:395 GlmMoeDsaAttention",
+    "mistral_large4": "mistral_large4/modeling_mistral_large4.py:436-438 MistralLarge4Attention",
+    "mistral_large4_text": "mistral_large4/modeling_mistral_large4.py:436-438 MistralLarge4Attention",
+    "longcat_flash": "longcat_flash/modeling_longcat_flash.py:415 LongcatFlashMLA",
+    "bailing_hybrid": "bailing_hybrid/modeling_bailing_hybrid.py:395",
+    "axk2": "axk2/modeling_axk2.py:605",
+}
+# transformers-4 keys of families whose RoPE differs by layer type, as each `configuration_*.py`
+# `convert_rope_params_to_dict` moves them into v5's nested `rope_parameters`: model_type ->
+# (key of the full-attention base and the class's default for it, key of the sliding base and its default,
+# the layer types a flat v4 `rope_scaling` dict goes to).
+V4_LAYER_TYPE_KEYS = {
+    **dict.fromkeys(("gemma3_text", "gemma3", "gemma3n_text", "gemma3n", "t5gemma2_text", "t5gemma2_encoder",
+                     "t5gemma2_decoder", "t5gemma2"),
+                    (("rope_theta", 1e6), ("rope_local_base_freq", 1e4), ("full_attention",))),
+    **dict.fromkeys(("modernbert", "modernbert_decoder"),
+                    (("global_rope_theta", 160000.0), ("local_rope_theta", 10000.0),
+                     ("full_attention", "sliding_attention"))),
+    "olmo3": (("rope_theta", 500000.0), ("rope_theta", 500000.0), ("full_attention",)),
+}
+# Families whose config class derives `layer_types` from a period when a (v4) config has none:
+# model_type -> (key, the class's default, offset): layer i is global iff (i + offset) % period == 0.
+V4_LAYER_PATTERNS = {
+    **dict.fromkeys(("gemma3_text", "gemma3", "t5gemma2_text", "t5gemma2_encoder", "t5gemma2_decoder",
+                     "embedding_gemma2", "diffusion_gemma_text"), ("sliding_window_pattern", 6, 1)),
+    **dict.fromkeys(("cohere2", "cohere_compass_text", "exaone4", "exaone_moe"), ("sliding_window_pattern", 4, 1)),
+    "afmoe": ("global_attn_every_n_layers", 4, 1),
+    **dict.fromkeys(("modernbert", "modernbert_decoder"), ("global_attn_every_n_layers", 3, 0)),
+}
+# transformers-4 `rope_scaling` type names a family's config class renames (configuration_phi3.py:
+# "su" and "yarn" are its longrope).
+LEGACY_ROPE_TYPES = {
+    "phi3": {"su": "longrope", "yarn": "longrope"},
+    "phi4_multimodal": {"su": "longrope", "yarn": "longrope"},
+}
+# Keys of the multimodal configs that hold the decoder's settings (first match wins).
+TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention")
 # Layer types that hold no attention (hence no positions): recurrent / convolution mixers.
 NON_ATTENTION_LAYER_TYPES = ("linear_attention", "conv", "mamba")
@@ -118,6 +165,8 @@ KNOWN_POSITION_KEYS = frozenset({
     "rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct", "rotary_dim",
     "rotary_emb_base", "qk_rope_head_dim", "qk_nope_head_dim", "rope_interleave", "no_rope_layers",
     "no_rope_layer_interval", "layer_types", "sliding_window_pattern", "_sliding_window_pattern",
+    "rope_local_base_freq", "global_rope_theta", "local_rope_theta", "layer_rope_theta", "rope_scaling_layers",
+    "global_attn_every_n_layers",
 })
 # Substrings that mark a key as positional (checked against KNOWN_POSITION_KEYS).
 _POSITION_MARKERS = ("rope", "rotary", "nope", "mrope", "xdrope")
@@ -127,6 +176,21 @@ _NOT_SCALING = ("rope_theta", "partial_rotary_factor")
 
 def _has_positions(cfg: dict) -> bool:
     return any(any(m in key for m in _POSITION_MARKERS) for key in cfg)
+
+
+def _decoder_config(cfg: dict) -> dict:
+    """The config that holds the decoder's positions: the top level, else the first of `TEXT_CONFIG_KEYS`
+    with position keys (a nested config without `model_type` takes the parent's)."""
+    if _has_positions(cfg):
+        return cfg
+    for key in TEXT_CONFIG_KEYS:
+        sub = cfg.get(key)
+        if isinstance(sub, Mapping) and _has_positions(sub):
+            sub = dict(sub)
+            if sub.get("model_type") is None:
+                sub["model_type"] = cfg.get("model_type")
+            return sub
+    return cfg
 
 
 def _check_known_keys(cfg: dict, where: str) -> None:
@@ -144,10 +208,81 @@ def _layer_types(cfg: dict, num_layers: int, where: str) -> list:
         if len(types) != num_layers:
             raise ValueError(f"{where}: layer_types has {len(types)} entries for num_hidden_layers={num_layers}")
         return types
-    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern")
-    if pattern:  # Gemma 2/3: every pattern-th layer is global (configuration_gemma3.py layer_types default)
-        return ["full_attention" if (i + 1) % int(pattern) == 0 else "sliding_attention" for i in range(num_layers)]
+    key, default, offset = V4_LAYER_PATTERNS.get(cfg.get("model_type"), ("sliding_window_pattern", None, 1))
+    pattern = cfg.get(key) or cfg.get(f"_{key}") or default
+    if pattern:  # every pattern-th layer is global (e.g. configuration_gemma3.py's layer_types default)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ValueError(f"{where}: {key}={pattern!r} must be a positive integer")
+        return ["full_attention" if (i + offset) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
     return ["full_attention"] * num_layers
+
+
+def _rope_parameters(cfg: dict, model_type, where: str):
+    """v5 `rope_parameters` (flat, or nested by layer type) from the config as shipped: v5's own dict, or the
+    v4 keys (`rope_scaling` with `type`, top-level `rope_theta`, the per-type bases of `V4_LAYER_TYPE_KEYS`)."""
+    params = cfg.get("rope_parameters")
+    if params is None:
+        params = cfg.get("rope_scaling")
+    params = {} if params is None else params
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{where}: rope_parameters={params!r} must be a dict")
+    params = copy.deepcopy(dict(params))
+    if model_type in V4_LAYER_TYPE_KEYS and cfg.get("rope_parameters") is None:
+        (full_key, full_default), (local_key, local_default), scaled = V4_LAYER_TYPE_KEYS[model_type]
+        flat = {k: v for k, v in params.items() if k not in ("rope_theta",)}
+        nested = {}
+        for layer_type, key, default in (("full_attention", full_key, full_default),
+                                         ("sliding_attention", local_key, local_default)):
+            value = cfg.get(key)
+            nested[layer_type] = {"rope_type": "default", **(flat if layer_type in scaled else {}),
+                                  "rope_theta": default if value is None else value}
+        return nested
+    return params
+
+
+def _layer_rope_theta(cfg: dict, num_layers: int, where: str):
+    """`layer_rope_theta` (Granite SWA, Muse: configuration_granitemoe_swa.py): one base per layer, 0 = NoPE."""
+    thetas = cfg.get("layer_rope_theta")
+    if thetas is None:
+        return None
+    thetas = list(thetas)
+    if len(thetas) != num_layers or any(isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0
+                                        for t in thetas):
+        raise ValueError(f"{where}: layer_rope_theta must hold num_hidden_layers={num_layers} bases >= 0 "
+                         f"(0 = no RoPE), got {thetas}")
+    return [float(t) for t in thetas]
+
+
+def _rope_scaling_layers(cfg: dict, num_layers: int, where: str):
+    """`rope_scaling_layers` (Molmo2, modeling_molmo2.py Molmo2TextModel): the layers that use the scaled
+    rotary embedding; the others use `default` frequencies of the same base over the whole head."""
+    layers = cfg.get("rope_scaling_layers")
+    if layers is None:
+        return None
+    layers = list(layers)
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in layers):
+        raise ValueError(f"{where}: rope_scaling_layers must hold layer indices in 0..{num_layers - 1}, got {layers}")
+    return set(layers)
+
+
+def _uses_rope(cfg: dict, model_type, num_layers: int, where: str) -> list:
+    """Per layer: does it rotate (`no_rope_layers`, 1 = uses RoPE; else the family's `no_rope_layer_interval`
+    default, a NoPE layer every interval-th layer, as its config class builds the list)."""
+    flags = cfg.get("no_rope_layers")
+    if not flags and model_type in NO_ROPE_LAYERS_USES_ROPE:
+        interval = cfg.get("no_rope_layer_interval") or 4
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"{where}: no_rope_layer_interval={interval!r} must be a positive integer")
+        return [(i + 1) % interval != 0 for i in range(num_layers)]
+    if not flags:
+        return [True] * num_layers
+    if model_type not in NO_ROPE_LAYERS_USES_ROPE:
+        raise ValueError(f"{where}: no_rope_layers is read only for {sorted(NO_ROPE_LAYERS_USES_ROPE)}, whose "
+                         "modeling code says 1 = the layer uses RoPE; this family's meaning is unknown")
+    flags = list(flags)
+    if len(flags) != num_layers or any(f not in (0, 1, True, False) for f in flags):
+        raise ValueError(f"{where}: no_rope_layers must hold num_hidden_layers={num_layers} flags 0/1, got {flags}")
+    return [bool(f) for f in flags]
 
 
 def _reads_mrope(model_type) -> bool:
@@ -193,6 +328,11 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
     if kind is not None and legacy is not None and kind != legacy:
         raise ValueError(f"{where}: rope_type={kind!r} and type={legacy!r} disagree")
     kind = kind or legacy or "default"
+    kind = LEGACY_ROPE_TYPES.get(model_type, {}).get(kind, kind)
+    # Ministral 3 / Mistral 4: a query scale (posenc_np.llama_4_scaling), not a frequency parameter; and the
+    # dict's own max_position_embeddings, which no ROPE_INIT_FUNCTIONS reads (they read the config's)
+    params.pop("llama_4_scaling_beta", None)
+    params.pop("max_position_embeddings", None)
     # multi-axis RoPE of the Qwen-VL text models: mrope_section / mrope_interleaved (or the family's defaults,
     # posenc_np.rope._MROPE_MODEL_DEFAULTS) become keys of the entry; v4's "type": "mrope" is default frequencies
     mrope = _mrope_from_config(cfg, params) if _reads_mrope(model_type) else {}
@@ -211,7 +351,11 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
         fraction = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
     mla = bool(cfg.get("qk_rope_head_dim"))
     if mla:  # DeepSeek MLA: RoPE acts on the qk_rope_head_dim slice (configuration_deepseek_v3.py head_dim)
-        head_dim = int(cfg["qk_rope_head_dim"])
+        rope_dim = int(cfg["qk_rope_head_dim"])
+        if fraction is not None and int(head_dim * float(fraction)) != rope_dim:  # Mistral 4: head_dim * 0.5
+            raise ValueError(f"{where}: int(head_dim * partial_rotary_factor) = {int(head_dim * float(fraction))} "
+                             f"is not the MLA rope slice qk_rope_head_dim={rope_dim}")
+        head_dim, fraction = rope_dim, None
     if kind == "proportional":  # its output always spans the whole head dim; the fraction shapes inv_freq
         rotary_dim = resolve_rotary_dim(head_dim, head_dim)
         params["partial_rotary_factor"] = 1.0 if fraction is None else float(fraction)
@@ -244,7 +388,8 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
             raise ValueError(f"{where}: {error}") from None
         entry.update(mrope)
     if mla:  # rope_interleave: the rope slice is stored as interleaved pairs (HF de-interleaves it before rotate_half)
-        entry["layout"] = "interleaved" if cfg.get("rope_interleave") else "half"
+        interleaved = layout == "interleaved" or model_type in MLA_ALWAYS_INTERLEAVED or bool(cfg.get("rope_interleave"))
+        entry["layout"] = "interleaved" if interleaved else "half"
     return entry
 
 
@@ -287,10 +432,7 @@ def rope_schedule_from_hf_config(config) -> list:
         ...     "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}, "no_rope_layers": [1, 0]})[1] is None
         True
     """
-    cfg = load_hf_config(config)
-    text = cfg.get("text_config")
-    if isinstance(text, Mapping) and not _has_positions(cfg):
-        cfg = dict(text)
+    cfg = _decoder_config(load_hf_config(config))
     model_type = cfg.get("model_type")
     where = f"model_type={model_type!r}"
     if not _has_positions(cfg):
@@ -308,29 +450,22 @@ def rope_schedule_from_hf_config(config) -> list:
         raise ValueError(f"{where}: num_hidden_layers={num_layers!r} must be a positive integer")
     types = _layer_types(cfg, num_layers, where)
     overrides = _per_layer_overrides(cfg, num_layers, where)
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    if not isinstance(params, Mapping):
-        raise ValueError(f"{where}: rope_parameters={params!r} must be a dict")
+    params = _rope_parameters(cfg, model_type, where)
     nested = _nested(params)
     for kind in (params.values() if nested else [params]):
-        multi_axis = kind and (kind.get("mrope_section") is not None or kind.get("rope_type") in ("mrope", "axial"))
-        if multi_axis and (kind.get("rope_type") == "axial" or not _reads_mrope(model_type)):
-            raise ValueError(f"{where}: multi-axis RoPE (mrope_section / rope_type={kind.get('rope_type')!r}) is "
-                             f"read only for the Qwen-VL text conventions ({', '.join(_MROPE_MODEL_DEFAULTS)}: "
-                             "sections, interleaving and position ids as posenc_np.mrope); this family's is not known")
-    uses_rope = [True] * num_layers
-    if cfg.get("no_rope_layers"):
-        if model_type not in NO_ROPE_LAYERS_USES_ROPE:
-            raise ValueError(f"{where}: no_rope_layers is read only for {sorted(NO_ROPE_LAYERS_USES_ROPE)}, whose "
-                             "modeling code says 1 = the layer uses RoPE; this family's meaning is unknown")
-        flags = list(cfg["no_rope_layers"])
-        if len(flags) != num_layers or any(f not in (0, 1, True, False) for f in flags):
-            raise ValueError(f"{where}: no_rope_layers must hold num_hidden_layers={num_layers} flags 0/1, got {flags}")
-        uses_rope = [bool(f) for f in flags]
+        kind_type = kind and (kind.get("rope_type") or kind.get("type"))
+        multi_axis = kind and (kind.get("mrope_section") is not None or kind_type in ("mrope", "axial"))
+        if multi_axis and (kind_type == "axial" or not _reads_mrope(model_type)):
+            raise ValueError(f"{where}: multi-axis RoPE (mrope_section / rope_type={kind_type!r}) is "
+                             f"read only for the conventions of {', '.join(_MROPE_MODEL_DEFAULTS)} (sections, "
+                             "interleaving and position ids as posenc_np.mrope); this family's is not known")
+    uses_rope = _uses_rope(cfg, model_type, num_layers, where)
+    thetas = _layer_rope_theta(cfg, num_layers, where)
+    scaled_layers = _rope_scaling_layers(cfg, num_layers, where)
     layout = "interleaved" if model_type in INTERLEAVED_FAMILIES else "half"
     schedule, cache = [], {}
     for i, layer_type in enumerate(types):
-        if layer_type in NON_ATTENTION_LAYER_TYPES or not uses_rope[i]:
+        if layer_type in NON_ATTENTION_LAYER_TYPES or not uses_rope[i] or (thetas is not None and thetas[i] == 0):
             schedule.append(None)
             continue
         if layer_type not in ATTENTION_LAYER_TYPES:
@@ -349,9 +484,15 @@ def rope_schedule_from_hf_config(config) -> list:
                 continue
         else:
             layer_params = params
+        layer_params = dict(layer_params)
+        if thetas is not None:  # the layer's own base overrides rope_theta (granitemoe_swa/modeling: theta_config)
+            layer_params["rope_theta"] = thetas[i]
+        if scaled_layers is not None and i not in scaled_layers:  # Molmo2RotaryEmbedding(config, scaled=False)
+            layer_params = {"rope_type": "default", "partial_rotary_factor": 1.0,
+                            "rope_theta": layer_params.get("rope_theta", cfg.get("rope_theta"))}
         layer_cfg = {**cfg, **overrides[i]}
         head_dim = _head_dim(layer_cfg, where)
-        key = (layer_type, head_dim)
+        key = (layer_type, head_dim, repr(sorted(layer_params.items())))
         if key not in cache:
             here = f"{where} layer type {layer_type!r}"
             try:

@@ -125,6 +125,47 @@ def hf_cos_sin(rotary, layer_type, config, positions=POSITIONS):
     return cos.double().numpy()[0], sin.double().numpy()[0], False
 
 
+def _layer_rotary(cls, config, index):
+    """The rotary module HF's decoder runs at layer `index`: one per `layer_rope_theta` base (Granite SWA's
+    `theta_config`), the unscaled one outside `rope_scaling_layers` (Molmo2), else the model's one module."""
+    import copy
+
+    thetas = getattr(config, "layer_rope_theta", None)
+    if thetas is not None:
+        theta_config = copy.deepcopy(config)
+        theta_config.rope_parameters = {**config.rope_parameters, "rope_theta": thetas[index]}
+        return cls(theta_config), ("theta", thetas[index])
+    layers = getattr(config, "rope_scaling_layers", None)
+    if layers is not None:
+        scaled = index in layers
+        return cls(config, scaled=scaled), ("scaled", scaled)
+    return cls(config), ()
+
+
+def _multi_axis_module(rotary, layer_type, config):
+    """Does the module take `[3, batch, seq]` ids and give each axis its own pairs? (Then a schedule entry without
+    `mrope_section` would silently be 1-D.)"""
+    try:
+        cos3, _, _ = hf_cos_sin(rotary, layer_type, config, MROPE_POSITIONS)
+        cos1, _, _ = hf_cos_sin(rotary, layer_type, config, np.stack([POSITIONS] * 3))
+    except Exception:  # noqa: BLE001 - a 1-D module refuses or mis-broadcasts 3-axis ids
+        return False
+    return cos3.shape == cos1.shape and cos3.ndim == 2 and not np.allclose(cos3, cos1, atol=1e-6)
+
+
+def _mla_layout(module, config):
+    """The MLA rope-slice layout the family's attention applies: interleaved when a forward calls
+    `apply_rotary_pos_emb_interleave` unconditionally, or under `rope_interleave` when the config sets it."""
+    calls = [inspect.getsource(v.forward) for v in vars(module).values()
+             if inspect.isclass(v) and v.__module__ == module.__name__ and hasattr(v, "forward")
+             and "apply_rotary_pos_emb_interleave(q_rot" in inspect.getsource(v.forward)]
+    if not calls:  # the family's apply_rotary_pos_emb, compared below, is the whole story
+        return None
+    if all("rope_interleave" in src for src in calls):
+        return "interleaved" if getattr(config, "rope_interleave", False) else "half"
+    return "interleaved"
+
+
 def check_model_type(model_type):
     """('read', detail) | ('refused', reason) | ('no-positions', '') | ('mismatch', detail) | ('skipped', why)."""
     try:
@@ -138,29 +179,45 @@ def check_model_type(model_type):
         schedule = pn.rope_schedule_from_hf_config(config)
     except ValueError as error:
         return "refused", str(error)
+    return compare_schedule(schedule, config)
+
+
+def compare_schedule(schedule, config):
+    """('read', detail) when every RoPE layer of `schedule` equals HF's rotary module of `config` for that layer
+    (and NoPE layers are NoPE in HF's layer list where the config says so), else ('mismatch', detail)."""
     module = _modeling_module(config)
     if module is None:
         return "no-reference", "read; transformers has no modeling code for it (configuration only)"
     cls = None if module is None else _rotary_class(module, config)
     if cls is None:
         return "mismatch", "read, but no single rotary embedding class in its modeling module to compare with"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rotary = cls(config)
-    except Exception as error:  # noqa: BLE001
-        return "mismatch", f"read, but {cls.__name__}(config) fails: {type(error).__name__}: {error}"[:300]
     types = list(getattr(config, "layer_types", None) or ["full_attention"] * len(schedule))
+    if len(types) != len(schedule):
+        return "mismatch", f"{len(schedule)} schedule entries for {len(types)} HF layer types"
+    thetas = getattr(config, "layer_rope_theta", None)
+    if thetas is not None and [e is None for e in schedule] != [not t for t in thetas]:
+        return "mismatch", f"NoPE layers {[e is None for e in schedule]} != layer_rope_theta {thetas}"
     seen = {}
     for i, entry in enumerate(schedule):
         if entry is None:
             continue
-        key = types[i] if i < len(types) else None
-        if key in seen:
-            if seen[key] != entry:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                rotary, variant = _layer_rotary(cls, config, i)
+        except Exception as error:  # noqa: BLE001
+            return "mismatch", f"read, but {cls.__name__}(config) fails: {type(error).__name__}: {error}"[:300]
+        key = types[i]
+        if (key, variant) in seen:
+            if seen[key, variant] != entry:
                 return "mismatch", f"layer type {key!r} has two different entries"
             continue
-        seen[key] = entry
+        seen[key, variant] = entry
+        if getattr(config, "qk_rope_head_dim", None) and _mla_layout(module, config) not in (None, entry["layout"]):
+            return "mismatch", (f"layer {i}: MLA layout {entry['layout']!r}, the family's attention applies "
+                                f"{_mla_layout(module, config)!r}")
+        if entry.get("mrope_section") is None and _multi_axis_module(rotary, key, config):
+            return "mismatch", f"layer {i} ({key}): the rotary module is multi-axis, the entry 1-D"
         try:
             cos, sin, complex_form = hf_cos_sin(rotary, key, config, _positions(entry))
         except Exception as error:  # noqa: BLE001
