@@ -39,7 +39,7 @@ _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from posenc import cli
-from posenc.port.formats import open_reader
+from posenc.formats import open_reader
 argv = json.loads(sys.argv[1])
 start = time.perf_counter()
 if argv[0] == "baseline":
@@ -59,7 +59,7 @@ def _generate(path, shapes, seed=0):
     by a parent that never held much memory: the generation runs in its own child.
     """
     code = (f"import sys, json, numpy as np; sys.path.insert(0, {ROOT!r})\n"
-            "from posenc.port.formats import write_checkpoint\n"
+            "from posenc.formats import write_checkpoint\n"
             "shapes = json.loads(sys.argv[2])\n"
             "def thunk(shape, i):\n"
             f"    return lambda: np.random.default_rng({seed} + i).standard_normal(shape, dtype=np.float32) * 0.02\n"
@@ -69,9 +69,9 @@ def _generate(path, shapes, seed=0):
 
 
 def _generate_sharded(directory, shapes, config, max_shard_size=250 * 10**6, seed=0):
-    """An HF checkpoint directory: shards + index (posenc.port.shards.write_shards) and config.json."""
+    """An HF checkpoint directory: shards + index (posenc.formats.shards.write_shards) and config.json."""
     code = (f"import sys, json, numpy as np; sys.path.insert(0, {ROOT!r})\n"
-            "from posenc.port.shards import write_shards\n"
+            "from posenc.formats.shards import write_shards\n"
             "shapes = json.loads(sys.argv[2])\n"
             "def thunk(shape, i):\n"
             f"    return lambda: np.random.default_rng({seed} + i).standard_normal(shape, dtype=np.float32) * 0.02\n"

@@ -27,7 +27,9 @@ import os
 import numpy as np
 
 from posenc_np._dtypes import numpy_dtype
+
 from ..errors import UsageError
+from .base import Reader, checked, drop_pages
 
 __all__ = ["ROPE_TYPE_OF_ARCH", "ROPE_LAYOUT_OF_TYPE", "rope_type", "read_gguf", "write_gguf", "GGUF_KV_TYPES"]
 
@@ -61,10 +63,8 @@ def rope_type(arch: str) -> str:
 
 
 def read_gguf(path):
-    """A `formats.Reader` over a GGUF file; `.metadata` holds every key/value, `.gguf_types` the tensor types."""
+    """A `Reader` over a GGUF file; `.metadata` holds every key/value, `.gguf_types` the tensor types."""
     import gguf
-
-    from .formats import Reader
 
     try:
         reader = gguf.GGUFReader(path)
@@ -112,8 +112,6 @@ def write_gguf(path, entries, metadata, *, block=1 << 24):
     """Write `entries` (name, shape, dtype, thunk); `metadata["gguf"] = {"arch": ..., "kv": [(key, value, type)]}`."""
     import gguf
 
-    from .formats import _checked, drop_pages
-
     spec = metadata.get("gguf")
     if not spec or not spec.get("arch"):
         raise UsageError("writing GGUF needs an architecture and its metadata: use a preset (hf-llama-to-gguf, "
@@ -149,7 +147,7 @@ def write_gguf(path, entries, metadata, *, block=1 << 24):
     out = writer.fout[0]
     try:
         for name, shape, dtype, thunk in entries:
-            array = _checked(name, shape, dtype, thunk())
+            array = checked(name, shape, dtype, thunk())
             writer.write_padding(out, out.tell())  # each tensor starts at the file's alignment
             flat = array.reshape(-1).view(np.uint8)
             for start in range(0, flat.size, block):

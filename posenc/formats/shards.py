@@ -33,6 +33,9 @@ import re
 import numpy as np
 
 from ..errors import UsageError
+from .base import Reader, nbytes, read_guarded
+from .pt import read_pt
+from .safetensors import read_safetensors, write_safetensors
 
 __all__ = ["INDEX_NAME", "parse_size", "resolve_checkpoint", "read_index", "plan_shards", "write_shards",
            "meta_shard_paths", "meta_merge_reader", "META_SPLIT_AXIS"]
@@ -74,8 +77,6 @@ def resolve_checkpoint(path):
 
 def read_index(path):
     """A `Reader` over every shard an HF `model.safetensors.index.json` lists."""
-    from .formats import Reader, _read_safetensors
-
     try:
         with open(path) as handle:
             index = json.load(handle)
@@ -92,7 +93,7 @@ def read_index(path):
     shards = {}
     for name in files:
         try:
-            shards[name] = _read_safetensors(os.path.join(directory, name))
+            shards[name] = read_safetensors(os.path.join(directory, name))
         except Exception as error:  # noqa: BLE001 - any library error on a corrupt shard
             raise UsageError(f"cannot read shard {name!r} of {path!r}: {type(error).__name__}: {error}") from None
     for file, shard in shards.items():
@@ -112,27 +113,21 @@ def read_index(path):
     return reader
 
 
-def _nbytes(shape, dtype):
-    from .formats import _np_dtype
-
-    return int(np.prod(shape, dtype=np.int64)) * _np_dtype(dtype).itemsize
-
-
 def plan_shards(entries, max_shard_size):
     """Lists of entries per shard: huggingface_hub's `split_state_dict_into_shards_factory` rule (what
     save_pretrained uses): in order, a new shard when the next tensor would take the current one over
     the limit; a tensor larger than the limit gets a shard of its own and the current shard goes on."""
     shards, current, size = [], [], 0
     for entry in entries:
-        nbytes = _nbytes(entry[1], entry[2])
-        if nbytes > max_shard_size:
+        tensor_bytes = nbytes(entry[1], entry[2])
+        if tensor_bytes > max_shard_size:
             shards.append([entry])
             continue
-        if current and size + nbytes > max_shard_size:
+        if current and size + tensor_bytes > max_shard_size:
             shards.append(current)
             current, size = [], 0
         current.append(entry)
-        size += nbytes
+        size += tensor_bytes
     if current or not shards:
         shards.append(current)
     return shards
@@ -140,20 +135,18 @@ def plan_shards(entries, max_shard_size):
 
 def write_shards(directory, entries, metadata, max_shard_size, prefix="model"):
     """Write `entries` into `directory` as HF shards (or one `{prefix}.safetensors`); returns the file names."""
-    from .formats import _write_safetensors
-
     shards = plan_shards(entries, max_shard_size)
     if len(shards) == 1:
         name = f"{prefix}.safetensors"
-        _write_safetensors(os.path.join(directory, name), shards[0], metadata)
+        write_safetensors(os.path.join(directory, name), shards[0], metadata)
         return [name]
     names, weight_map = [], {}
     for i, shard in enumerate(shards):
         name = f"{prefix}-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        _write_safetensors(os.path.join(directory, name), shard, {"format": "pt", **metadata})
+        write_safetensors(os.path.join(directory, name), shard, {"format": "pt", **metadata})
         names.append(name)
         weight_map.update({entry[0]: name for entry in shard})
-    total = sum(_nbytes(e[1], e[2]) for e in entries)
+    total = sum(nbytes(e[1], e[2]) for e in entries)
     index = f"{prefix}.safetensors.index.json"
     with open(os.path.join(directory, index), "w") as handle:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, handle, indent=2, sort_keys=True)
@@ -189,9 +182,7 @@ def meta_shard_paths(path):
 
 def meta_merge_reader(paths, dim):
     """A Reader that concatenates Meta's model-parallel shards along the axes of `META_SPLIT_AXIS`."""
-    from .formats import Reader, open_reader
-
-    readers = [open_reader(p, "pt") for p in paths]
+    readers = [read_guarded(read_pt, p, "pt") for p in paths]
     if len(readers) == 1:
         return readers[0]
     names = readers[0].names()

@@ -1,6 +1,6 @@
 """The canonical position spec: one reading of a model's rotary settings, whatever file it came from.
 
-Every reader (`posenc.spec.readers`) returns a `ModelSpec`: one `LayerSpec` per decoder layer (rotary
+Every reader (`posenc.modelspec.readers`) returns a `ModelSpec`: one `LayerSpec` per decoder layer (rotary
 or NoPE; layout, rotary dim, base, scaling dict in `posenc_np.scaling`'s registry terms, multi-axis
 section), the model-level keys that shape positions (context lengths, q/k row order, attention scale
 terms), where it was read from, and the findings a `--lint` reports (a value the reader had to assume).

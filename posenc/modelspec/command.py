@@ -15,8 +15,9 @@ import sys
 from ..errors import UsageError
 from ..io import check_output, write_atomic
 from .compare import HORIZON_LIMIT, compare_specs
-from .readers import DIALECTS, read_source
+from .readers import DIALECTS
 from .runtimes import RUNTIMES
+from .source import read_source
 
 __all__ = ["add_parser", "run"]
 

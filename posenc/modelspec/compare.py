@@ -323,7 +323,7 @@ def probe_positions(spec: ModelSpec, *, limit: int | None = None, count: int = 4
         int64 sorted unique positions.
 
     Example:
-        >>> from posenc.spec.canonical import LayerSpec, ModelSpec
+        >>> from posenc.modelspec.canonical import LayerSpec, ModelSpec
         >>> spec = ModelSpec("x", "hf", "", [LayerSpec(True, "half", 8, 8, 10000.0)], max_position_embeddings=4096)
         >>> probe_positions(spec).tolist()[:8]
         [0, 1, 2, 3, 4, 5, 6, 7]

@@ -1,4 +1,4 @@
-"""Readers: every config dialect to one `ModelSpec` (posenc.spec.canonical).
+"""Readers: every config dialect to one `ModelSpec` (posenc.modelspec.canonical).
 
 Each reader reproduces one codebase's reading of its own file, at the version named in its docstring, and
 records in `ModelSpec.findings` every value it had to assume (a missing base, a dropped key). A key it
@@ -10,8 +10,8 @@ default.
     read_meta_params    Meta's `params.json` (meta-llama/llama and llama-models reference code)
     read_keras_hub      keras-hub backbone `get_config()` (or a preset's `config.json`), keras-hub 0.31 / 0.32
     read_maxtext        MaxText YAML config keys (src/MaxText/configs/base.yml)
-    read_source         a path (or dict) to the right reader; `runtime=` re-reads an HF config the way
-                        vLLM, mlx-lm, llama.cpp, keras-hub or Transformer Engine do (posenc.spec.runtimes)
+
+`posenc.modelspec.source.read_source` sends a path (or dict) to the right reader.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ import os
 import numpy as np
 
 from posenc_np.rope import scaling_from_hf_config
-from posenc_np.scaling import SCALING_TYPES, resolve_scaling
 from posenc_np.schedule import rope_schedule_from_hf_config
+
+from ..formats.gguf import ROPE_TYPE_OF_ARCH
 from .canonical import Finding, LayerSpec, ModelSpec
 
-__all__ = ["read_source", "read_hf_config", "read_gguf", "read_meta_params", "read_keras_hub", "read_maxtext",
+__all__ = ["read_hf_config", "read_gguf", "read_meta_params", "read_keras_hub", "read_maxtext",
            "load_config", "DIALECTS", "HF_ROPE_TYPES", "GGUF_PERMUTED_ARCHS", "GGUF_NATIVE_NORM_ARCHS",
            "ATTENTION_TERM_KEYS"]
 
@@ -240,7 +241,7 @@ def read_gguf(path) -> ModelSpec:
     frequencies, `llamacpp-freq-factors`), `rope_factors_long.weight` / `rope_factors_short.weight`
     (LongRoPE). The layout is the rope type llama.cpp hard-codes per architecture
     (`llama_model_rope_type`, ggml-org/llama.cpp src/llama-model.cpp; verified at commit a5410f04 for
-    the architectures it lists then, the full table `posenc.port.ggufio.ROPE_TYPE_OF_ARCH` at 00342301);
+    the architectures it lists then, the full table `posenc.formats.gguf.ROPE_TYPE_OF_ARCH` at 00342301);
     llama.cpp's YaRN always floors and ceils the correction range (ggml `ggml_rope_yarn_corr_dims`).
 
     Raises:
@@ -248,7 +249,6 @@ def read_gguf(path) -> ModelSpec:
             a scaling type llama.cpp does not know.
     """
     import gguf
-    from posenc.port.ggufio import ROPE_TYPE_OF_ARCH
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as error:  # gguf raises ValueError / struct errors / OSError for bad files
@@ -574,62 +574,3 @@ def read_maxtext(config, *, source: str = "<dict>") -> ModelSpec:
                      max_position_embeddings=cfg.get("max_position_embeddings"),
                      original_max_position_embeddings=(scaling or {}).get("original_max_position_embeddings"),
                      findings=findings)
-
-
-# --- dispatch -------------------------------------------------------------------------------------------------
-
-def _detect(data: dict, path: str) -> str:
-    if path.endswith((".yml", ".yaml")):
-        return "maxtext"
-    if "class_name" in data and isinstance(data.get("config"), dict) and str(data.get("module", "")).startswith(
-            "keras_hub"):
-        return "keras-hub"
-    if any(k in data for k in ("rope_max_wavelength", "rope_frequency_adjustment_factor")):
-        return "keras-hub"
-    if "n_layers" in data and "dim" in data:
-        return "meta"
-    if any(k in data for k in ("rope_max_timescale", "base_num_decoder_layers")):
-        return "maxtext"
-    return "hf"
-
-
-def read_source(source, *, dialect: str | None = None, runtime: str | None = None, **options) -> ModelSpec:
-    """Read a path (config.json, params.json, .gguf, keras-hub config, MaxText YAML) or a dict.
-
-    Args:
-        source: a file or directory path, or an already-loaded dict (then `dialect` defaults to "hf").
-        dialect: force a reader (`DIALECTS`); detected from the file otherwise.
-        runtime: re-read an HF config the way that runtime does (`posenc.spec.runtimes.RUNTIMES`).
-        options: runtime options (`max_model_len`, `hf_overrides`, `keras_hub_version`, ...).
-
-    Raises:
-        ValueError: unreadable file, unknown dialect, or the reader's own errors.
-    """
-    if dialect is not None and dialect not in DIALECTS:
-        raise ValueError(f"dialect={dialect!r} is not one of {DIALECTS}")
-    if isinstance(source, dict):
-        data, name = source, "<dict>"
-        dialect = dialect or "hf"
-    else:
-        name = str(source)
-        if name.endswith(".gguf") or dialect == "gguf":
-            if runtime not in (None, "llama.cpp"):
-                raise ValueError(f"--runtime {runtime} applies to HF config.json sources, not to a GGUF file")
-            return read_gguf(name)
-        data = load_config(name)
-        dialect = dialect or _detect(data, name)
-    if runtime is not None:
-        if dialect != "hf":
-            raise ValueError(f"--runtime {runtime} applies to HF config.json sources, not to a {dialect} config")
-        from .runtimes import runtime_spec
-        return runtime_spec(data, runtime, source=name, **options)
-    if dialect == "hf":
-        return read_hf_config(data, source=name)
-    if dialect == "meta":
-        return read_meta_params(data, source=name)
-    if dialect == "keras-hub":
-        return read_keras_hub(data, source=name, version=options.get("keras_hub_version", "0.32"))
-    if dialect == "maxtext":
-        return read_maxtext(data, source=name)
-    raise ValueError(f"a {dialect} source must be a file path")
-

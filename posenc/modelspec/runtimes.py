@@ -253,7 +253,7 @@ def runtime_spec(config: dict, runtime: str, *, source: str = "<dict>", max_mode
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     opts = {"max_model_len": max_model_len}
     out = []
-    for i, layer in enumerate(spec.layers):
+    for layer in spec.layers:
         if not layer.rope:
             out.append(layer)
             continue

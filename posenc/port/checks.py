@@ -1,4 +1,5 @@
-"""Verification of a written port: recompute what the encodings feed, on the source and on the target.
+"""Verification of a written port: recompute what the encodings feed, on the source and on the target,
+and the helpers the presets' own checks share (`probe_positions`, `rope_logits`, `layer_of_key`).
 
 Every check reads the target back from the written file (through its own format's reader, i.e.
 safetensors / torch / h5py / flax msgpack) and compares it with the source under the tolerance policy
@@ -12,7 +13,7 @@ safetensors / torch / h5py / flax msgpack) and compares it with the source under
   With a multi-axis RoPE (`mrope_section` in the settings: Qwen2-VL / Qwen3-VL), one check per probe
   prompt: text only, text + image, text + video (`MROPE_PROBES`, the ids of `mrope_position_ids`), each
   rotated with the section and interleaving of the settings. With per-layer settings (`rope["layers"]`, from
-  an `--hf-config` whose layers differ: posenc/port/schedule.py), each pair is checked with the settings of
+  an `--hf-config` whose layers differ: posenc/port/hf_config.py), each pair is checked with the settings of
   the layer its glob captures name (a NoPE layer without rotation), and the check's note names the layer type.
 * `dense`: `x @ W_source.T` vs `x @ K_target` for every transposed kernel, first 256 output units
   (float64).
@@ -31,6 +32,7 @@ safetensors / torch / h5py / flax msgpack) and compares it with the source under
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -41,9 +43,12 @@ from posenc_np.relative import relative_embeddings
 from posenc_np.rope import apply_rope
 from posenc_np.t5 import t5_bias
 from posenc_np.testing import compare, tolerance
-from .formats import drop_pages
 
-__all__ = ["Check", "verify_plan", "PROBE_POSITIONS", "MROPE_PROBES"]
+from ..adapters import BACKENDS, adapter
+from ..formats.base import drop_pages
+
+__all__ = ["Check", "verify_plan", "PROBE_POSITIONS", "MROPE_PROBES", "probe_positions", "rope_logits",
+           "layer_of_key", "installed_backends", "framework_resize_checks"]
 
 # short-range positions and long-range ones where a wrong base or scaling shows
 PROBE_POSITIONS = np.array([0, 1, 2, 3, 7, 100, 511, 2047, 4095, 8191])
@@ -61,6 +66,34 @@ MROPE_PROBES = {
     "image": _mrope_probe([0, 0, 0] + [1] * 6 + [0, 0], image_grid_thw=[[1, 4, 6]]),
     "video": _mrope_probe([0, 0] + [2] * 12 + [0, 0, 0], video_grid_thw=[[3, 4, 4]], second_per_grid_ts=[2.0]),
 }
+
+
+def probe_positions(inv_freq, context, *, bands=6, boundaries=()):
+    """Positions where each frequency band is informative, up to `context - 1`.
+
+    Start 0..3, then for `bands` pairs spread from the fastest to the slowest frequency, a quarter, a
+    half and a whole wavelength `2 pi / w_j` (where a wrong layout or a wrong frequency moves the
+    logits by O(1)), the given `boundaries` (scaling thresholds: the original context) and the last
+    position the settings allow."""
+    inv_freq = np.asarray(inv_freq, np.float64)
+    positions = {0, 1, 2, 3, int(context) - 1, *[int(b) for b in boundaries if 0 <= b < context]}
+    for j in np.unique(np.linspace(0, len(inv_freq) - 1, min(bands, len(inv_freq))).round().astype(int)):
+        if inv_freq[j] <= 0:
+            continue
+        wavelength = 2 * math.pi / inv_freq[j]
+        for fraction in (0.25, 0.5, 1.0):
+            p = int(round(wavelength * fraction))
+            if 0 < p < context:
+                positions.add(p)
+    return np.array(sorted(positions), dtype=np.int64)
+
+
+def layer_of_key(key):
+    """The decoder layer index a q/k pair's glob captures name (the first all-digit capture), or None."""
+    for part in key or ():
+        if isinstance(part, str) and part.isdigit():
+            return int(part)
+    return None
 
 
 @dataclass
@@ -113,7 +146,7 @@ def _project(x, weight, transposed=False):
     return out
 
 
-def _rope_logits(q, k, heads, kv_heads, rope, layout, positions=PROBE_POSITIONS):
+def rope_logits(q, k, heads, kv_heads, rope, layout, positions=PROBE_POSITIONS):
     """Float64 logits `[heads, seq, seq]` of projections `q`, `k` (`[seq, heads * head_dim]`) at
     `positions` (`[seq]`, or `[A, seq]` with the settings' `mrope_section`) under RoPE `layout`; the kv
     heads are repeated as grouped-query attention does."""
@@ -254,8 +287,8 @@ def _rope_checks(entries, source, by_target, rope, rng):
             q_src, k_src = (_project(x, _before(e, ("rope", "transpose"))(source)) for e in (q_entry, k_entry))
             q_tgt, k_tgt = (_project(x, by_target[e.target], bool(e.tags.get("transposed")))
                             for e in (q_entry, k_entry))
-            desired = _rope_logits(q_src, k_src, heads, kv_heads, layer_rope, rope["source"], positions)
-            actual = _rope_logits(q_tgt, k_tgt, heads, kv_heads, layer_rope, rope["target"], positions)
+            desired = rope_logits(q_src, k_src, heads, kv_heads, layer_rope, rope["source"], positions)
+            actual = rope_logits(q_tgt, k_tgt, heads, kv_heads, layer_rope, rope["target"], positions)
             name = f"{q_entry.target} . {k_entry.target}" + (f" ({probe} positions)" if probe else "")
             out.append(_check("rope-logits", name, actual, desired, tolerance("float64", scale=np.abs(desired).max()),
                               note=layer_note))
@@ -264,13 +297,11 @@ def _rope_checks(entries, source, by_target, rope, rng):
 
 def _layer_rope(rope, key):
     """The settings a q/k pair is checked with, and a note: `rope` itself, or with per-layer settings
-    (`rope["layers"]`, posenc.port.schedule) the entry of the layer its glob captures name (NoPE: no rotation);
+    (`rope["layers"]`, posenc.port.hf_config) the entry of the layer its glob captures name (NoPE: no rotation);
     `(None, reason)` when the pair names no layer of the schedule."""
     layers = rope.get("layers")
     if layers is None:
         return rope, ""
-    from .schedule import layer_of_key
-
     layer = layer_of_key(key)
     if layer is None or not 0 <= layer < len(layers):
         return None, (f"per-layer RoPE settings ({len(layers)} layers) but the pair's glob captures {key} name no "
@@ -286,8 +317,6 @@ def _layer_rope(rope, key):
 
 def _in_framework(framework, fn_name, table, *args, **kwargs):
     """`posenc_<framework>.<fn_name>(table, *positions, **kwargs)` as NumPy, or None without a framework."""
-    from ..adapters import adapter
-
     if framework is None or not adapter(framework).available():
         return None
     ad = adapter(framework)
@@ -361,15 +390,12 @@ def _t5_checks(entry, source, actual, framework):
 
 
 def installed_backends():
-    from ..adapters import BACKENDS, adapter
-
+    """The backends whose framework is installed."""
     return [name for name in BACKENDS if adapter(name).available()]
 
 
 def framework_resize_checks(name, table, actual, new_len, method):
     """Each installed framework's `resize_table` on the source table vs the written (spec) table."""
-    from ..adapters import adapter
-
     out = []
     scale = float(np.abs(_f64(table)).max())
     for backend in installed_backends():

@@ -7,8 +7,14 @@ import json
 from posenc_np.rope import ROPE_LAYOUTS, scaling_from_hf_config
 
 from ..errors import UsageError
+from ..formats import open_reader
+from ..formats.shards import parse_size
 from ..io import check_output
+from .core import port, report_text, write_json
+from .doctor import diagnose_paths
+from .hf_config import schedule_settings, sidecar_layers
 from .mapping import Rules
+from .preset import rope_sidecar
 from .presets import PRESETS, PresetOptions, get_preset
 
 __all__ = ["add_parser", "cmd_port", "cmd_doctor", "rules_from_args"]
@@ -90,8 +96,6 @@ def _rope_settings(args, scaling):
 def _per_layer_settings(args, scaling):
     """Settings of an --hf-config whose layers differ (Gemma local/global, Llama 4 NoPE...): `layers` holds
     `(schedule, layer_types)` and the flat base/scaling are None; None when one setting serves every layer."""
-    from .schedule import schedule_settings
-
     try:
         found = schedule_settings(args.hf_config)
     except UsageError:
@@ -127,9 +131,6 @@ _CONVERSION_FLAGS = ("rename", "drop", "transpose", "split_qkv", "strip_offset",
 
 
 def cmd_port(args) -> int:
-    from .core import port, report_text, rope_sidecar, write_json
-    from .formats import open_reader
-
     if args.json:
         check_output(args.json, what="--json report")
     scaling = _rope_scaling(args)
@@ -157,16 +158,12 @@ def cmd_port(args) -> int:
                 rope = dict(settings, source=rules.rope_from, target=rules.rope_to)
             sidecar = rope_sidecar(layout=rules.rope_to, source_layout=rules.rope_from, num_heads=rules.heads,
                                    num_kv_heads=rules.kv_heads or rules.heads, **settings)
-            if layers is not None:  # per-layer settings (posenc.port.schedule): sidecar rope.layers, checks per layer
-                from .schedule import sidecar_layers
-
+            if layers is not None:  # per-layer settings (posenc.port.hf_config): sidecar rope.layers, checks per layer
                 sidecar["rope"]["layers"] = sidecar_layers(*layers, rules.rope_to)
                 if rope is not None:
                     rope["layers"] = sidecar["rope"]["layers"]
         kwargs = dict(rope=rope, sidecar=sidecar)
     if args.max_shard_size is not None:
-        from .shards import parse_size
-
         kwargs["max_shard_size"] = parse_size(args.max_shard_size)
     result = port(args.source, args.target, rules, seed=args.seed, **kwargs)
     print(report_text(result))
@@ -176,9 +173,6 @@ def cmd_port(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from .core import write_json
-    from .doctor import diagnose_paths
-
     if args.json:
         check_output(args.json, what="--json report")
     diagnosis = diagnose_paths(args.a, args.b)

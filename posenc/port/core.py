@@ -11,13 +11,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
-from ..io import atomic_output, check_output, file_mode, remove_stale_temporaries, target_lock, temp_prefix, write_atomic
-from .formats import detect_format, open_reader, write_checkpoint
-from .mapping import build_plan
-from .verify import Check, verify_plan
+from posenc_np.rope import rope_frequencies, rope_plan
 
-__all__ = ["port", "PortResult", "UNVERIFIED_SUFFIX", "report_text", "write_json", "rope_sidecar"]
+from ..errors import UsageError
+from ..formats import detect_format, open_reader, write_checkpoint
+from ..formats.base import nbytes
+from ..formats.shards import write_shards
+from ..io import atomic_output, check_output, file_mode, remove_stale_temporaries, target_lock, temp_prefix, write_atomic
+from .checks import Check, verify_plan
+from .mapping import build_plan
+
+__all__ = ["port", "PortResult", "UNVERIFIED_SUFFIX", "report_text", "write_json"]
 
 UNVERIFIED_SUFFIX = ".unverified"
 # the framework whose backend recomputes the encodings on a target of each format
@@ -68,9 +72,7 @@ def _check_directory_target(target):
 
 
 def _total_bytes(entries):
-    from .formats import _np_dtype
-
-    return sum(int(np.prod(e.shape, dtype=np.int64)) * _np_dtype(e.dtype).itemsize for e in entries)
+    return sum(nbytes(e.shape, e.dtype) for e in entries)
 
 
 def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=None, target_format=None,
@@ -127,8 +129,6 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
 
 
 def _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadata, seed, fmt, limit):
-    from .shards import write_shards
-
     as_directory = fmt == "safetensors-dir"
     target = target.rstrip(os.sep) if as_directory else target
     prefix = "model" if as_directory else os.path.basename(target)[: -len(".safetensors")]
@@ -211,22 +211,8 @@ def _atomic_directory(target):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def rope_sidecar(*, layout, base, rotary_dim, scaling, num_heads, num_kv_heads, source_layout, mrope_section=None,
-                 mrope_interleaved=False) -> dict:
-    """The `TARGET.rope.json` sidecar: the RoPE settings a loader of TARGET needs, next to the weights.
-    A multi-axis RoPE (Qwen2-VL / Qwen3-VL) adds `mrope_section` and `mrope_interleaved`: a loader that
-    drops them rotates images and videos with the wrong axes (docs/conventions.md §3.16)."""
-    rope = {"layout": layout, "base": base, "rotary_dim": rotary_dim, "scaling": scaling,
-            "num_heads": num_heads, "num_kv_heads": num_kv_heads, "source_layout": source_layout}
-    if mrope_section is not None:
-        rope.update(mrope_section=list(mrope_section), mrope_interleaved=bool(mrope_interleaved))
-    return {"rope": rope}
-
-
 def _check_rope(rope, entries, sidecar):
     """Validate base/scaling against the head dim now (exit 2), not as a failed check after writing."""
-    from posenc_np.rope import rope_frequencies
-
     rope = dict(rope)
     if rope.get("layers") is not None:  # per-layer settings: each entry was validated by rope_schedule_from_hf_config
         return rope
@@ -239,8 +225,6 @@ def _check_rope(rope, entries, sidecar):
         try:
             rope_frequencies(rope["rotary_dim"], base=rope["base"], scaling=rope["scaling"])
             if rope.get("mrope_section") is not None:
-                from posenc_np.rope import rope_plan
-
                 rope_plan(rope["rotary_dim"], base=rope["base"], scaling=rope["scaling"],
                           mrope_section=rope["mrope_section"], mrope_interleaved=bool(rope.get("mrope_interleaved")))
         except (ValueError, TypeError) as error:

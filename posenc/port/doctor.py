@@ -31,11 +31,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from posenc_np._dtypes import dtype_name, numpy_dtype
-from ..errors import UsageError
+from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_axis_of_pair
-from posenc_np.rope import rope_permutation
+from posenc_np.rope import permute_qk_rows, rope_permutation
 from posenc_np.sinusoidal import sinusoidal
 from posenc_np.testing import compare, tolerance
+
+from ..errors import UsageError
+from ..formats import open_reader
+from ..formats.gguf import ROPE_LAYOUT_OF_TYPE, rope_type
+from . import hf_config
+from .presets.gguf_families import FAMILIES, FAMILY_OF_ARCH, llama3_rope_freqs
 
 __all__ = ["Diagnosis", "diagnose", "diagnose_files", "diagnose_paths", "diagnose_checkpoints", "load_array"]
 
@@ -68,8 +74,6 @@ def load_array(path) -> np.ndarray:
         except (ValueError, OSError, EOFError) as error:
             raise UsageError(f"cannot read {path!r} as .npy: {error}") from None
     elif path.endswith(".safetensors"):
-        from .formats import open_reader
-
         reader = open_reader(path)
         if len(reader.names()) != 1:
             raise UsageError(f"{path!r} holds {len(reader.names())} tensors; doctor compares one tensor per file")
@@ -266,8 +270,6 @@ _KNOWN_SECTIONS = ((16, 24, 24), (24, 20, 20), (8, 28, 28))
 
 def _sections(pairs):
     """The published 3-axis sections of `pairs` pairs and those of the registered conventions."""
-    from posenc_np.conventions import conventions
-
     found = [s for s in _KNOWN_SECTIONS if sum(s) == pairs]
     for conv in conventions.values():
         section = conv.params.get("mrope_section")
@@ -318,8 +320,6 @@ def _is_checkpoint(path) -> bool:
     if path.endswith((".gguf", ".index.json")) or os.path.isdir(path):
         return True
     if path.endswith(".safetensors") and os.path.isfile(path):
-        from .formats import open_reader
-
         return len(open_reader(path).names()) > 1
     return False
 
@@ -335,10 +335,6 @@ class _Checkpoint:
     """One side of a checkpoint comparison: its convention, family, head counts, rope settings."""
 
     def __init__(self, path):
-        from .families import FAMILIES, _FAMILY_OF_ARCH, _heads, hf_config_beside
-        from .formats import open_reader
-        from .ggufio import ROPE_LAYOUT_OF_TYPE, rope_type
-
         self.path = str(path)
         self.reader = open_reader(path)
         md = getattr(self.reader, "metadata", {}) or {}
@@ -346,7 +342,7 @@ class _Checkpoint:
             self.convention = "gguf"
             self.arch = md.get("general.architecture")
             self.rope_type = rope_type(self.arch)
-            self.family = _FAMILY_OF_ARCH.get(self.arch)
+            self.family = FAMILY_OF_ARCH.get(self.arch)
             if self.family is None:
                 raise UsageError(f"{self.path!r}: GGUF architecture {self.arch!r} has no posenc family "
                                  f"({', '.join(f.arch for f in FAMILIES.values())})")
@@ -361,7 +357,7 @@ class _Checkpoint:
             self.scaling = None
         else:
             self.convention = "hf"
-            config = hf_config_beside(self.reader, "doctor")
+            config = hf_config.config_beside(self.reader, "doctor")
             self.config = config
             model_type = config.get("model_type")
             self.family = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
@@ -369,11 +365,9 @@ class _Checkpoint:
                 raise UsageError(f"{self.path!r}: HF model_type {model_type!r} has no posenc family")
             self.arch = self.family.arch
             self.rope_type = rope_type(self.arch)
-            self.heads, self.kv_heads, self.head_dim = _heads(config)
+            self.heads, self.kv_heads, self.head_dim = hf_config.heads(config)
             self.layers = int(config["num_hidden_layers"])
-            from .families import _schedule
-
-            entry = next(e for e in _schedule(config, "doctor") if e is not None)
+            entry = next(e for e in hf_config.schedule(config, "doctor") if e is not None)
             self.base, self.rotary_dim, self.scaling = entry["base"], entry["rotary_dim"], entry["scaling"]
             self.layout = "half"
 
@@ -416,8 +410,6 @@ def _row_relation(a, b, heads, rotary_dim):
     tol = _tol(a, b)
     if compare(a64, b64, tol).passed:
         return "same"
-    from posenc_np.rope import permute_qk_rows
-
     r = rotary_dim if rotary_dim != a.shape[0] // heads else None
     if compare(permute_qk_rows(a64, heads, source="half", target="interleaved", rotary_dim=r), b64, tol).passed:
         return "permuted"
@@ -430,8 +422,6 @@ def diagnose_checkpoints(a, b) -> Diagnosis:
     """Name what makes two checkpoints of one model rotate differently: q/k row order against the rope
     type llama.cpp uses for the architecture, a wrong architecture (rope type), llama3 factors missing
     or different, the base, the rotary dim, per layer where it matters."""
-    from .families import llama3_rope_freqs
-
     A, B = _Checkpoint(a), _Checkpoint(b)
     findings, details = [], {"A": A.convention, "B": B.convention}
     unexplained = []

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
 from posenc_np.learned import resize_table
 from posenc_np.mla import mla_rope_permutation
 from posenc_np.rope import ROPE_LAYOUTS, permute_qk_rows
+
+from ..errors import UsageError
+from ..formats.base import drop_pages
 
 __all__ = ["Op", "Entry", "Rules", "build_plan", "glob_regex", "glob_match"]
 
@@ -121,8 +123,6 @@ def _transpose(array, elements=1 << 20):
     so the peak is the output plus one block rather than the output plus the whole input."""
     if array.ndim != 2 or getattr(array, "_mmap", None) is None:
         return np.ascontiguousarray(np.transpose(array))
-    from .formats import drop_pages
-
     out = np.empty(array.shape[::-1], array.dtype)
     step = max(1, elements // max(1, array.shape[1]))
     for start in range(0, array.shape[0], step):

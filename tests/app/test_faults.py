@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from posenc.port.formats import open_reader
+from posenc.formats import open_reader
 
 KILLS = int(os.environ.get("POSENC_FAULT_KILLS", 12))
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONFAULTHANDLER": ""}

@@ -22,7 +22,7 @@ gguf = pytest.importorskip("gguf")
 
 from posenc import cli  # noqa: E402
 from posenc.port import mapping  # noqa: E402
-from posenc.port.formats import open_reader  # noqa: E402
+from posenc.formats import open_reader  # noqa: E402
 from posenc_np.testing import compare, tolerance  # noqa: E402
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

@@ -13,7 +13,7 @@ import pytest
 
 import posenc_np as pn
 from posenc import cli
-from posenc.port.formats import open_reader
+from posenc.formats import open_reader
 from posenc_np.testing import compare, tolerance
 
 DIM, SEQ = 8, 6

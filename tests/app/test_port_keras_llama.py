@@ -23,7 +23,7 @@ h5py = pytest.importorskip("h5py")
 
 from posenc import cli  # noqa: E402
 from posenc.errors import UsageError  # noqa: E402
-from posenc.port.keras_llama import keras_hub_llama_config  # noqa: E402
+from posenc.port.presets.keras_llama import keras_hub_llama_config  # noqa: E402
 from posenc_np.rope import permute_qk_rows  # noqa: E402
 from posenc_np.testing import compare, tolerance  # noqa: E402
 
@@ -177,8 +177,8 @@ def test_keras_preset_back_to_hf(ported, tmp_path):
 def test_logits_check_fails_when_the_keras_config_drops_llama3(ported):
     """The preset's own check rotates the Keras side with the settings its config builds: the config
     keras-hub's converter makes of a transformers 5 config.json (llama3 factors dropped) fails it."""
-    from posenc.port.formats import open_reader
-    from posenc.port.keras_llama import keras_logits_check
+    from posenc.formats import open_reader
+    from posenc.port.presets.keras_llama import keras_logits_check
 
     hf_config = json.loads((ported["tmp"] / "hf" / "config.json").read_text())
     good = ported["sidecar"]["keras_hub"]["config"]

@@ -17,8 +17,8 @@ import pytest
 
 from posenc_np import resize_table
 from posenc import cli as port_cli
-from posenc.port.formats import open_reader
-from posenc.port.presets import bert_embeddings_reference, keras_bert_embeddings
+from posenc.formats import open_reader
+from posenc.port.presets.bert import bert_embeddings_reference, keras_bert_embeddings
 from posenc_np.testing import compare, tolerance
 
 POSITION = "embeddings.position_embeddings.weight"

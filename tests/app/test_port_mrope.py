@@ -11,7 +11,7 @@ import pytest
 
 from posenc import cli as port_cli
 from posenc.port import mapping
-from posenc.port.verify import MROPE_PROBES
+from posenc.port.checks import MROPE_PROBES
 
 pytest.importorskip("safetensors")
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from posenc import cli
-from posenc.port.formats import open_reader
+from posenc.formats import open_reader
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from posenc.cli import main
-from posenc.spec.compare import BF16_LOGIT_TOL
+from posenc.modelspec.compare import BF16_LOGIT_TOL
 from posenc_np.rope import apply_rope
 
 LLAMA31 = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,

@@ -1,4 +1,4 @@
-"""posenc.spec readers against files written by the real tools, and runtime variants against their sources.
+"""posenc.modelspec readers against files written by the real tools, and runtime variants against their sources.
 
 * HF: transformers' own `save_pretrained` (v5 `rope_parameters`) and the v4 dict of the same model read as
   one spec, whose frequencies are those of transformers' `LlamaRotaryEmbedding` (float32: rtol 1e-6).
@@ -21,8 +21,8 @@ import os
 import numpy as np
 import pytest
 
-from posenc.spec import compare_specs, read_source, runtime_spec
-from posenc.spec.compare import probe_positions
+from posenc.modelspec import compare_specs, read_source, runtime_spec
+from posenc.modelspec.compare import probe_positions
 from posenc_np.rope import rope_frequencies
 
 LLAMA31 = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,

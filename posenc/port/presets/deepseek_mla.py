@@ -1,12 +1,5 @@
-"""Per-layer RoPE settings in `posenc port`, and the DeepSeek MLA preset (issue 13).
+"""The DeepSeek MLA preset.
 
-* Per-layer schedules: with `--hf-config` naming a model whose layers differ (Gemma 2/3/4 local/global bases,
-  Llama 4 / SmolLM3 NoPE layers, Cohere2), `schedule_settings` reads `posenc_np.rope_schedule_from_hf_config`;
-  the sidecar `TARGET.rope.json` then carries `rope.layers` (one entry per decoder layer: `null` for NoPE, else
-  `base`, `rotary_dim`, `scaling`, the TARGET `layout`, `layer_type`) and the top-level `base`/`scaling` are
-  `null` (there is no one value a loader could use), and the `rope-logits` check runs per layer with that
-  layer's settings, naming its layer type (`verify._rope_checks`). A config whose layers all agree keeps the
-  flat settings of `scaling_from_hf_config`.
 * `hf-deepseek-mla-to-half`: a DeepSeek-V2/V3-style MLA checkpoint whose rope slice is stored as interleaved
   pairs (`rope_interleave: true`, HF `apply_rotary_pos_emb_interleave`) -> the same model for a rotate_half
   runtime (`rope_interleave: false`): per query head, the trailing `qk_rope_head_dim` rows of `q_b_proj`
@@ -24,61 +17,18 @@ import re
 
 import numpy as np
 
-from posenc_np.mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
-from posenc_np.rope import _load_config
+from posenc_np.mla import apply_mla_rope, mla_softmax_scale
 from posenc_np.schedule import rope_schedule_from_hf_config
 from posenc_np.testing import compare, tolerance
 
-from ..errors import UsageError
-from .mapping import Op, Rules
-from .verify import PROBE_POSITIONS, Check
+from ...errors import UsageError
+from ..checks import PROBE_POSITIONS, Check
+from ..hf_config import config_dict, layer_types, sidecar_layers
+from ..mapping import Op, Rules
+from ..preset import Preset, rope_sidecar
 
-__all__ = ["schedule_settings", "sidecar_layers", "layer_of_key", "deepseek_mla_to_half", "mla_logits_check",
-           "SCHEDULE_PRESETS"]
+__all__ = ["deepseek_mla_to_half", "mla_logits_check", "PRESETS"]
 
-
-def _config_dict(config) -> dict:
-    try:
-        return _load_config(config)
-    except (ValueError, TypeError) as error:
-        raise UsageError(str(error)) from None
-
-
-def _layer_types(cfg, schedule):
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg \
-        else cfg
-    types = text.get("layer_types")
-    return list(types) if types and len(types) == len(schedule) else [None] * len(schedule)
-
-
-def schedule_settings(config):
-    """`(schedule, layer_types)` of an HF config when its layers differ (a NoPE layer, or two different entries),
-    else None (one setting serves every layer). A config the reader refuses is a UsageError naming why."""
-    cfg = _config_dict(config)
-    try:
-        schedule = rope_schedule_from_hf_config(cfg)
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"--hf-config: {error}") from None
-    if all(entry == schedule[0] for entry in schedule) and schedule[0] is not None:
-        return None
-    return schedule, _layer_types(cfg, schedule)
-
-
-def sidecar_layers(schedule, layer_types, target_layout):
-    """`rope.layers` of the sidecar: per decoder layer `None` (NoPE) or its settings in TARGET's layout."""
-    return [None if entry is None else {**entry, "layout": target_layout or entry["layout"], "layer_type": kind}
-            for entry, kind in zip(schedule, layer_types)]
-
-
-def layer_of_key(key):
-    """The decoder layer index a q/k pair's glob captures name (the first all-digit capture), or None."""
-    for part in key or ():
-        if isinstance(part, str) and part.isdigit():
-            return int(part)
-    return None
-
-
-# ---------------------------------------------------------------- hf-deepseek-mla-to-half
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.self_attn\.")
 
@@ -87,7 +37,7 @@ def _mla_config(reader):
     path = os.path.join(os.path.dirname(os.path.abspath(reader.path)), "config.json")
     if not os.path.exists(path):
         raise UsageError(f"hf-deepseek-mla-to-half reads config.json beside SOURCE; {path!r} does not exist")
-    cfg = _config_dict(path)
+    cfg = config_dict(path)
     missing = [k for k in ("num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "kv_lora_rank",
                            "num_hidden_layers") if not cfg.get(k)]
     if missing:
@@ -100,9 +50,6 @@ def _mla_config(reader):
 
 def deepseek_mla_to_half(reader, options):
     """The `hf-deepseek-mla-to-half` preset (see the module docstring)."""
-    from .core import rope_sidecar
-    from .presets import Preset
-
     path, cfg = _mla_config(reader)
     heads, nope, rope = (int(cfg[k]) for k in ("num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim"))
     latent = int(cfg["kv_lora_rank"])
@@ -129,7 +76,7 @@ def deepseek_mla_to_half(reader, options):
     hf_config = {**cfg, "rope_interleave": False}
     sidecar = rope_sidecar(layout="half", base=first["base"], rotary_dim=rope, scaling=first["scaling"],
                            num_heads=heads, num_kv_heads=1, source_layout="interleaved")
-    sidecar["rope"]["layers"] = sidecar_layers(schedule, _layer_types(cfg, schedule), "half")
+    sidecar["rope"]["layers"] = sidecar_layers(schedule, layer_types(cfg, schedule), "half")
     sidecar["rope"]["mla"] = {"qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "kv_lora_rank": latent,
                               "softmax_scale": mla_softmax_scale(nope + rope, first["scaling"])}
     sidecar["hf_config"] = hf_config
@@ -178,4 +125,4 @@ def mla_logits_check(layers, schedule, *, heads, nope, rope, latent, q_name, see
     return run
 
 
-SCHEDULE_PRESETS = {"hf-deepseek-mla-to-half": deepseek_mla_to_half}
+PRESETS = {"hf-deepseek-mla-to-half": deepseek_mla_to_half}

@@ -1,4 +1,4 @@
-"""Presets for today's decoder families: Hugging Face <-> llama.cpp GGUF, and HF Llama -> Flax.
+"""Presets for today's decoder families: Hugging Face <-> llama.cpp GGUF.
 
 One table per family (`FAMILIES`) gives the HF tensor names, llama.cpp's names for them
 (gguf-py `constants.py` TENSOR_NAMES: `token_embd`, `blk.N.attn_q`, ..., `output_norm`, `output`),
@@ -32,13 +32,7 @@ Common metadata (TextModel.set_gguf_parameters): `{arch}.context_length`, `.embe
 Where posenc departs from the converter it says so: llama3's original context is taken from the
 scaling dict (as transformers does), where the converter reads a top-level key with 8192 as default.
 
-Verification (`gguf_logits_check`): per layer, attention logits `q . k` at probe positions chosen per
-frequency band up to the context length (`probe_positions`), computed on the source from its own
-convention and on the written target from its own: an HF side from its config.json through
-`posenc_np.rope_schedule_from_hf_config` (per-layer), a GGUF side from the metadata and tensors the
-`gguf` reader reads back (`rope_type` of `general.architecture`, `rope.dimension_count`,
-`rope.freq_base`, `rope.scaling.*`, `rope_freqs`, `rope_factors_*`), q and k taken from the
-separate or fused tensors of each side, biases included.
+Verification: `gguf_check.gguf_logits_check`, per layer the attention logits of each side in its own convention.
 """
 
 from __future__ import annotations
@@ -50,15 +44,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
-from .ggufio import ROPE_LAYOUT_OF_TYPE, rope_type
-from .mapping import Op, Rules
-from .verify import Check
+from ...errors import UsageError
+from ...formats.gguf import ROPE_LAYOUT_OF_TYPE, rope_type
+from .. import hf_config
+from ..mapping import Op, Rules
+from ..preset import Preset
+from .gguf_check import gguf_logits_check
 
-__all__ = ["FAMILIES", "Family", "hf_to_gguf", "gguf_to_hf", "hf_llama_to_flax", "probe_positions",
-           "gguf_logits_check", "llama3_rope_freqs", "hf_config_beside", "FAMILY_PRESETS"]
+__all__ = ["FAMILIES", "FAMILY_OF_ARCH", "Family", "LLAMA_LAYER", "hf_to_gguf", "gguf_to_hf", "llama3_rope_freqs",
+           "tokenizer_kv", "HF_SCALING_KEY", "PRESETS"]
 
-_LLAMA_LAYER = (("input_layernorm.weight", "attn_norm.weight"), ("post_attention_layernorm.weight", "ffn_norm.weight"),
+LLAMA_LAYER = (("input_layernorm.weight", "attn_norm.weight"), ("post_attention_layernorm.weight", "ffn_norm.weight"),
                 ("self_attn.q_proj.weight", "attn_q.weight"), ("self_attn.k_proj.weight", "attn_k.weight"),
                 ("self_attn.v_proj.weight", "attn_v.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
                 ("self_attn.q_proj.bias", "attn_q.bias"), ("self_attn.k_proj.bias", "attn_k.bias"),
@@ -103,47 +99,16 @@ class Family:
 
 FAMILIES = {
     "llama": Family("llama", "llama", ("llama", "mistral"), "LlamaForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL,
-                    _LLAMA_LAYER),
-    "qwen2": Family("qwen2", "qwen2", ("qwen2",), "Qwen2ForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, _LLAMA_LAYER),
-    "gemma": Family("gemma", "gemma", ("gemma",), "GemmaForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, _LLAMA_LAYER,
+                    LLAMA_LAYER),
+    "qwen2": Family("qwen2", "qwen2", ("qwen2",), "Qwen2ForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, LLAMA_LAYER),
+    "gemma": Family("gemma", "gemma", ("gemma",), "GemmaForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, LLAMA_LAYER,
                     norm_shift=1.0),
     "phi3": Family("phi3", "phi3", ("phi3",), "Phi3ForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, _PHI3_LAYER,
                    qkv="blocks"),
     "gpt-neox": Family("gpt-neox", "gptneox", ("gpt_neox",), "GPTNeoXForCausalLM", "gpt_neox.layers.{i}.",
                        _NEOX_GLOBAL, _NEOX_LAYER, qkv="heads", eps=("layer_norm_eps", "attention.layer_norm_epsilon")),
 }
-_FAMILY_OF_ARCH = {f.arch: f for f in FAMILIES.values()}
-
-
-def hf_config_beside(reader, what) -> dict:
-    """config.json in SOURCE's directory (the checkpoint directory for a sharded SOURCE)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(reader.path)), "config.json")
-    try:
-        with open(path) as handle:
-            config = json.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"{what} reads the model's config.json beside SOURCE; {path!r} does not exist") from None
-    except (OSError, json.JSONDecodeError) as error:
-        raise UsageError(f"cannot read {path!r}: {error}") from None
-    if not isinstance(config, dict):
-        raise UsageError(f"{path!r} is not a JSON object")
-    return config
-
-
-def _heads(config):
-    heads = int(config["num_attention_heads"])
-    kv = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
-    return heads, kv, head_dim
-
-
-def _schedule(config, what):
-    from posenc_np.schedule import rope_schedule_from_hf_config
-
-    try:
-        return rope_schedule_from_hf_config(config)
-    except (ValueError, TypeError) as error:
-        raise UsageError(f"{what}: {error}") from None
+FAMILY_OF_ARCH = {f.arch: f for f in FAMILIES.values()}
 
 
 # ---------------------------------------------------------------- HF -> GGUF
@@ -268,18 +233,16 @@ def _present(reader, names):
 
 def hf_to_gguf(family_name, reader, options):
     """The Preset porting an HF checkpoint of `family_name` to GGUF."""
-    from .presets import Preset
-
     family = FAMILIES[family_name]
     what = f"hf-{family_name}-to-gguf"
-    config = hf_config_beside(reader, what)
+    config = hf_config.config_beside(reader, what)
     model_type = config.get("model_type")
     if model_type not in family.model_types:
         raise UsageError(f"{what}: config.json says model_type {model_type!r}; this preset converts "
                          f"{', '.join(family.model_types)}")
-    heads, kv_heads, head_dim = _heads(config)
+    heads, kv_heads, head_dim = hf_config.heads(config)
     layers = int(config["num_hidden_layers"])
-    schedule = _schedule(config, what)
+    schedule = hf_config.schedule(config, what)
     prefix = family.arch
     rope_kv, generated, entry = _rope_metadata(family, config, schedule, prefix)
     rename = [(hf, gg) for hf, gg in family.global_names if hf in reader]
@@ -418,13 +381,11 @@ def _hf_config_from_gguf(family, reader, options):
 
 def gguf_to_hf(family_name, reader, options):
     """The Preset porting a GGUF of `family_name`'s llama.cpp architecture back to HF names."""
-    from .presets import Preset
-
     what = f"gguf-to-hf-{family_name}"
     arch = reader.metadata.get("general.architecture") if hasattr(reader, "metadata") else None
     if arch is None or not reader.path.endswith(".gguf"):
         raise UsageError(f"{what} reads a .gguf SOURCE")
-    family = _FAMILY_OF_ARCH.get(arch)
+    family = FAMILY_OF_ARCH.get(arch)
     if family is None or family.name != family_name:
         raise UsageError(f"{what}: the GGUF's general.architecture is {arch!r}; use "
                          + (f"gguf-to-hf-{family.name}" if family else "a family posenc converts: "
@@ -455,7 +416,7 @@ def gguf_to_hf(family_name, reader, options):
         rules.rotary_dim = n_rot if n_rot != head_dim else None
         for p, count in (("q", heads), ("k", kv_heads)):
             ops.append((f"blk.*.attn_{p}.bias", Op("rope", (count, "interleaved", "half", rules.rotary_dim))))
-    schedule = _schedule(config, what)
+    schedule = hf_config.schedule(config, what)
     entry = next(e for e in schedule if e is not None)
     sidecar = {"rope": {"layout": "half", "base": entry["base"], "rotary_dim": entry["rotary_dim"],
                         "scaling": entry["scaling"], "num_heads": heads, "num_kv_heads": kv_heads,
@@ -468,240 +429,14 @@ def gguf_to_hf(family_name, reader, options):
     return Preset(rules, target_format="safetensors", sidecar=sidecar, extra=extra)
 
 
-# ---------------------------------------------------------------- HF Llama -> Flax
-
-def hf_llama_to_flax(reader, options):
-    """HF LlamaForCausalLM -> the FlaxLlamaForCausalLM parameter tree (transformers 4.x
-    `modeling_flax_llama.py`: `model/embed_tokens/embedding`, `model/layers/{i}/self_attn/q_proj/kernel`
-    `[in, out]`, `.../input_layernorm/weight`, `model/norm/weight`, `lm_head/kernel`); both sides rotate
-    halves, so q/k keep their rows and the RoPE logits check runs on the transposed kernels."""
-    from .presets import Preset
-
-    config = hf_config_beside(reader, "hf-llama-to-flax")
-    heads, kv_heads, head_dim = _heads(config)
-    schedule = _schedule(config, "hf-llama-to-flax")
-    entry = next(e for e in schedule if e is not None)
-    rename = [("model.embed_tokens.weight", "model/embed_tokens/embedding"), ("model.norm.weight", "model/norm/weight"),
-              ("lm_head.weight", "lm_head/kernel")]
-    layer = [(s, s.replace(".", "/").replace("/weight", "/kernel").replace("/bias", "/bias"))
-             for s, _ in _LLAMA_LAYER if "layernorm" not in s]
-    layer += [("input_layernorm.weight", "input_layernorm/weight"),
-              ("post_attention_layernorm.weight", "post_attention_layernorm/weight")]
-    rename += [(f"model.layers.*.{s}", f"model/layers/*/{t}") for s, t in layer]
-    rename = [(s, t) for s, t in rename if any(glob_like(n, s) for n in reader.names())]
-    transpose = [s for s, t in rename if t.endswith("/kernel")]
-    rules = Rules(rename=rename, transpose=transpose, strict=True, rope_q=["model.layers.*.self_attn.q_proj.weight"],
-                  rope_k=["model.layers.*.self_attn.k_proj.weight"], heads=heads, kv_heads=kv_heads, rope_from="half",
-                  rope_to="half", require=["model.embed_tokens.weight"],
-                  drop=[n for n in reader.names() if n.endswith("rotary_emb.inv_freq")])
-    rope = dict(base=entry["base"], scaling=entry["scaling"], rotary_dim=entry["rotary_dim"], source="half",
-                target="half")
-    sidecar = {"rope": {"layout": "half", "base": entry["base"], "rotary_dim": entry["rotary_dim"],
-                        "scaling": entry["scaling"], "num_heads": heads, "num_kv_heads": kv_heads,
-                        "source_layout": "half"}, "hf_config": config}
-    return Preset(rules, target_format="msgpack", rope=rope, sidecar=sidecar)
-
-
-def glob_like(name, pattern):
-    from .mapping import glob_match
-
-    return glob_match(name, pattern)
-
-
-# ---------------------------------------------------------------- verification
-
-def probe_positions(inv_freq, context, *, bands=6, boundaries=()):
-    """Positions where each frequency band is informative, up to `context - 1`.
-
-    Start 0..3, then for `bands` pairs spread from the fastest to the slowest frequency, a quarter, a
-    half and a whole wavelength `2 pi / w_j` (where a wrong layout or a wrong frequency moves the
-    logits by O(1)), the given `boundaries` (scaling thresholds: the original context) and the last
-    position the settings allow."""
-    inv_freq = np.asarray(inv_freq, np.float64)
-    positions = {0, 1, 2, 3, int(context) - 1, *[int(b) for b in boundaries if 0 <= b < context]}
-    for j in np.unique(np.linspace(0, len(inv_freq) - 1, min(bands, len(inv_freq))).round().astype(int)):
-        if inv_freq[j] <= 0:
-            continue
-        wavelength = 2 * math.pi / inv_freq[j]
-        for fraction in (0.25, 0.5, 1.0):
-            p = int(round(wavelength * fraction))
-            if 0 < p < context:
-                positions.add(p)
-    return np.array(sorted(positions), dtype=np.int64)
-
-
-class _Side:
-    """q/k projections and the rope of one checkpoint, read in its own convention."""
-
-    def __init__(self, family, convention, reader, config):
-        self.family, self.convention, self.reader = family, convention, reader
-        if convention == "gguf":
-            md = reader.metadata
-            arch = md.get("general.architecture")
-            self.arch = arch
-            a = lambda key, default=None: md.get(f"{arch}.{key}", default)  # noqa: E731
-            self.heads = int(a("attention.head_count"))
-            self.kv_heads = int(a("attention.head_count_kv", self.heads))
-            hidden = int(a("embedding_length"))
-            self.head_dim = int(a("attention.key_length", hidden // self.heads))
-            self.layers = int(a("block_count"))
-            self.context = int(a("context_length"))
-            self.layout = ROPE_LAYOUT_OF_TYPE.get(rope_type(arch))
-            if self.layout is None:
-                raise ValueError(f"GGUF architecture {arch!r} has llama.cpp rope type {rope_type(arch)}")
-            self.n_rot = int(a("rope.dimension_count", self.head_dim))
-            self.base = float(a("rope.freq_base", 10000.0))
-            self.md = md
-        else:
-            self.heads, self.kv_heads, self.head_dim = _heads(config)
-            self.layers = int(config["num_hidden_layers"])
-            self.context = int(config["max_position_embeddings"])
-            self.schedule = _schedule(config, "verification")
-
-    # the q and k rows (and biases) of layer i, float64, rows in this side's own order
-    def qk(self, i, x):
-        r, f = self.reader, self.family
-        q_rows, k_rows = self.heads * self.head_dim, self.kv_heads * self.head_dim
-
-        def proj(name_w, name_b, rows=None):
-            w = np.asarray(r.get(name_w), np.float64)
-            b = np.asarray(r.get(name_b), np.float64) if name_b in r else None
-            if rows is not None:
-                w, b = w[rows], (b[rows] if b is not None else None)
-            out = x @ w.T
-            return out + b if b is not None else out
-
-        if self.convention == "gguf":
-            p = f"blk.{i}."
-            if f.qkv == "separate":
-                return proj(p + "attn_q.weight", p + "attn_q.bias"), proj(p + "attn_k.weight", p + "attn_k.bias")
-            return (proj(p + "attn_qkv.weight", p + "attn_qkv.bias", slice(0, q_rows)),
-                    proj(p + "attn_qkv.weight", p + "attn_qkv.bias", slice(q_rows, q_rows + k_rows)))
-        p = f.hf_layer.format(i=i)
-        if f.qkv == "separate":
-            return (proj(p + "self_attn.q_proj.weight", p + "self_attn.q_proj.bias"),
-                    proj(p + "self_attn.k_proj.weight", p + "self_attn.k_proj.bias"))
-        if f.qkv == "blocks":
-            return (proj(p + "self_attn.qkv_proj.weight", p + "self_attn.qkv_proj.bias", slice(0, q_rows)),
-                    proj(p + "self_attn.qkv_proj.weight", p + "self_attn.qkv_proj.bias",
-                         slice(q_rows, q_rows + k_rows)))
-        rows = np.arange(3 * q_rows).reshape(self.heads, 3, self.head_dim)  # HF GPT-NeoX: per head [q; k; v]
-        name = p + "attention.query_key_value."
-        return (proj(name + "weight", name + "bias", rows[:, 0].ravel()),
-                proj(name + "weight", name + "bias", rows[:, 1].ravel()))
-
-    def rope(self, i, seq_len):
-        """(layout, rotary_dim, inv_freq, attention_scale, float32_factors) of layer i at `seq_len`."""
-        if self.convention == "hf":
-            from posenc_np.rope import rope_frequencies
-
-            entry = self.schedule[i]
-            if entry is None:
-                return None
-            inv, scale = rope_frequencies(entry["rotary_dim"], base=entry["base"], scaling=entry["scaling"],
-                                          seq_len=seq_len)
-            return entry["layout"], entry["rotary_dim"], inv, scale, False
-        md, a, r = self.md, self.arch, self.reader
-        inv = self.base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
-        f32 = False
-        if md.get(f"{a}.rope.scaling.type", "none") == "linear":
-            inv = inv / float(md[f"{a}.rope.scaling.factor"])
-        if "rope_freqs.weight" in r:  # llama.cpp divides theta by the per-pair factors (ggml_rope_ext freq_factors)
-            inv, f32 = inv / np.asarray(r.get("rope_freqs.weight"), np.float64), True
-        if "rope_factors_long.weight" in r:
-            original = int(md.get(f"{a}.rope.scaling.original_context_length") or self.context)
-            which = "rope_factors_long.weight" if seq_len > original else "rope_factors_short.weight"
-            inv, f32 = inv / np.asarray(r.get(which), np.float64), True
-        scale = float(md.get(f"{a}.rope.scaling.attn_factor", 1.0))
-        return self.layout, self.n_rot, inv, scale, f32
-
-    def boundaries(self):
-        if self.convention == "gguf":
-            original = self.md.get(f"{self.arch}.rope.scaling.original_context_length")
-            return [original - 1, original] if original else []
-        entry = next((e for e in self.schedule if e is not None), None)
-        original = ((entry or {}).get("scaling") or {}).get("original_max_position_embeddings")
-        return [original - 1, original] if original else []
-
-
-def _rotate(x, positions, layout, rotary_dim, inv_freq, scale):
-    """x `[heads, seq, head_dim]` rotated in float64 with explicit frequencies (GGUF factors included)."""
-    angles = positions[:, None].astype(np.float64) * inv_freq[None, :]
-    cos, sin = np.cos(angles) * scale, np.sin(angles) * scale
-    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    if layout == "half":
-        a, b = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-        return np.concatenate([a * cos - b * sin, a * sin + b * cos, rest], -1)
-    a, b = rot[..., 0::2], rot[..., 1::2]
-    out = np.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(rot.shape)
-    return np.concatenate([out, rest], -1)
-
-
-def gguf_logits_check(family, *, source, target, seed=11):
-    """Extra verification: per layer, logits of the source in its convention vs the written target in
-    its own (GGUF metadata + tensors read back through gguf.GGUFReader), at `probe_positions`."""
-
-    def run(src_reader, tgt_reader):
-        from posenc_np.testing import compare, tolerance
-
-        sides = []
-        for (convention, config), reader in ((source, src_reader), (target, tgt_reader)):
-            sides.append(_Side(family, convention, reader, config))
-        src, tgt = sides
-        hidden_name = "token_embd.weight" if src.convention == "gguf" else family.global_names[0][0]
-        hidden = src_reader.shape(hidden_name)[1]
-        rng = np.random.default_rng(seed)
-        context = min(src.context, tgt.context)
-        checks = []
-        for i in range(src.layers):
-            first = src.rope(i, 1)
-            if first is None:
-                continue
-            boundaries = src.boundaries() + tgt.boundaries()
-            regimes = [probe_positions(first[2], context, boundaries=boundaries)]
-            if boundaries:  # seq-dependent factors (longrope): a run that stays below the original context too
-                short = [p for p in regimes[0] if p < min(boundaries)]
-                regimes.insert(0, np.array(short))
-            for positions in regimes:
-                x = rng.standard_normal((len(positions), hidden))
-                logits = []
-                used_f32 = False
-                for side in (src, tgt):
-                    layout, rotary_dim, inv, scale, f32 = side.rope(i, int(positions.max()) + 1)
-                    used_f32 |= f32
-                    q, k = side.qk(i, x)
-                    q = q.reshape(len(positions), side.heads, side.head_dim).transpose(1, 0, 2)
-                    k = k.reshape(len(positions), side.kv_heads, side.head_dim).transpose(1, 0, 2)
-                    q, k = (_rotate(t, positions, layout, rotary_dim, inv, scale) for t in (q, k))
-                    k = np.repeat(k, side.heads // side.kv_heads, axis=0)
-                    logits.append(q @ k.transpose(0, 2, 1))
-                desired, actual = logits
-                scale = float(np.abs(desired).max())
-                max_angle = float(positions.max()) * float(np.max(src.rope(i, int(positions.max()) + 1)[2]))
-                tol = (tolerance("float32", max_angle=max_angle, scale=scale) if used_f32
-                       else tolerance("float64", scale=scale))
-                result = compare(actual, desired, tol)
-                checks.append(Check("gguf-logits", f"layer {i} ({src.convention} -> {tgt.convention})",
-                                    result.max_abs_err, result.atol, result.tol_why, result.passed,
-                                    f"{len(positions)} probe positions per frequency band up to {positions.max()}"
-                                    + (" (float32 rope factors of the GGUF)" if used_f32 else "")))
-        if not checks:
-            checks.append(Check("gguf-logits", "no rotary layer", float("inf"), 0.0, "", False, "nothing compared"))
-        return checks
-
-    run.__name__ = "gguf_logits_check"
-    return run
-
-
 def _preset(kind, family):
     return lambda reader, options: (hf_to_gguf if kind == "to" else gguf_to_hf)(family, reader, options)
 
 
 #: preset name -> builder
-FAMILY_PRESETS = {"hf-llama-to-gguf": _preset("to", "llama"), "gguf-to-hf-llama": _preset("from", "llama"),
-                  "hf-mistral-to-gguf": _preset("to", "llama"),
-                  "hf-qwen2-to-gguf": _preset("to", "qwen2"), "gguf-to-hf-qwen2": _preset("from", "qwen2"),
-                  "hf-gemma-to-gguf": _preset("to", "gemma"), "gguf-to-hf-gemma": _preset("from", "gemma"),
-                  "hf-phi3-to-gguf": _preset("to", "phi3"), "gguf-to-hf-phi3": _preset("from", "phi3"),
-                  "hf-gpt-neox-to-gguf": _preset("to", "gpt-neox"), "gguf-to-hf-gpt-neox": _preset("from", "gpt-neox"),
-                  "hf-llama-to-flax": hf_llama_to_flax}
+PRESETS = {"hf-llama-to-gguf": _preset("to", "llama"), "gguf-to-hf-llama": _preset("from", "llama"),
+           "hf-mistral-to-gguf": _preset("to", "llama"),
+           "hf-qwen2-to-gguf": _preset("to", "qwen2"), "gguf-to-hf-qwen2": _preset("from", "qwen2"),
+           "hf-gemma-to-gguf": _preset("to", "gemma"), "gguf-to-hf-gemma": _preset("from", "gemma"),
+           "hf-phi3-to-gguf": _preset("to", "phi3"), "gguf-to-hf-phi3": _preset("from", "phi3"),
+           "hf-gpt-neox-to-gguf": _preset("to", "gpt-neox"), "gguf-to-hf-gpt-neox": _preset("from", "gpt-neox")}

@@ -38,9 +38,9 @@ keras-hub 0.32.0's `LlamaRotaryEmbedding._get_inverse_freq` never applies).
 
 Verification (`keras_logits_check`, besides the exact `written` and `dense` checks): per layer,
 attention logits `q . k` at probe positions per frequency band up to the context length
-(`families.probe_positions`), HF side from its tensors and config.json (`rope_schedule_from_hf_config`),
+(`posenc.port.checks.probe_positions`), HF side from its tensors and config.json (`rope_schedule_from_hf_config`),
 Keras side from the written EinsumDense kernels (`einsum("pm,muh->puh")`) and the RoPE that the written
-keras-hub config builds, read by `posenc.spec.read_keras_hub`; and per layer the v and o projections
+keras-hub config builds, read by `posenc.modelspec.read_keras_hub`; and per layer the v and o projections
 computed both ways. All in float64.
 """
 
@@ -51,12 +51,18 @@ import os
 
 import numpy as np
 
-from ..errors import UsageError
-from .mapping import Op, Rules
-from .verify import Check
+from posenc_np.rope import rope_frequencies
+from posenc_np.testing import compare, tolerance
+
+from ...errors import UsageError
+from ...modelspec.readers import read_keras_hub
+from ..hf_config import config_beside, heads as config_heads, schedule as config_schedule
+from ..checks import Check, probe_positions, rope_logits
+from ..mapping import Op, Rules
+from ..preset import Preset
 
 __all__ = ["hf_llama_to_keras", "keras_to_hf_llama", "keras_hub_llama_config", "keras_llama_names",
-           "keras_logits_check", "KERAS_PRESETS"]
+           "keras_logits_check", "PRESETS"]
 
 _ATTN = (("self_attn.q_proj.weight", "_self_attention_layer/_query_dense", "query", "in"),
          ("self_attn.k_proj.weight", "_self_attention_layer/_key_dense", "key", "in"),
@@ -98,31 +104,23 @@ def keras_llama_names(num_layers, tie_word_embeddings):
     return names, attrs
 
 
-def _heads(config):
-    heads = int(config["num_attention_heads"])
-    kv = int(config.get("num_key_value_heads") or heads)
-    return heads, kv, int(config["hidden_size"]) // heads
-
-
 def keras_hub_llama_config(config, what="hf-llama-to-keras"):
     """LlamaBackbone constructor arguments for an HF Llama config.json (convert_llama3.py
     `convert_backbone_config`, keras-hub 0.32.0, plus `layer_norm_epsilon`); UsageError for what a
     LlamaBackbone cannot express."""
-    from .families import _schedule
-
     if config.get("model_type", "llama") != "llama":
         raise UsageError(f"{what} ports model_type llama; config.json says {config.get('model_type')!r}")
-    heads, kv, head_dim = _heads(config)
+    heads, kv, head_dim = config_heads(config)
     hidden = int(config["hidden_size"])
-    if config.get("head_dim") and int(config["head_dim"]) != head_dim:
-        raise UsageError(f"{what}: head_dim {config['head_dim']} != hidden_size // num_attention_heads = {head_dim}; "
+    if head_dim != hidden // heads:
+        raise UsageError(f"{what}: head_dim {head_dim} != hidden_size // num_attention_heads = {hidden // heads}; "
                          "keras-hub's LlamaAttention derives head_dim = hidden_dim // num_query_heads")
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key):
             raise UsageError(f"{what}: {key}=true, but keras-hub's LlamaBackbone projections have no bias")
     if config.get("hidden_act", "silu") != "silu":
         raise UsageError(f"{what}: hidden_act {config['hidden_act']!r}; keras-hub's LlamaBackbone uses SiLU")
-    schedule = _schedule(config, what)
+    schedule = config_schedule(config, what)
     used = [e for e in schedule if e is not None]
     if len(used) != len(schedule) or any(e != used[0] for e in used):
         raise UsageError(f"{what}: per-layer RoPE settings differ; a LlamaBackbone has one rope for every layer")
@@ -150,13 +148,10 @@ def keras_hub_llama_config(config, what="hf-llama-to-keras"):
 def hf_llama_to_keras(reader, options):
     """HF LlamaForCausalLM (safetensors, single or sharded, config.json beside) -> keras-hub LlamaBackbone
     `.weights.h5`; the backbone's arguments in the sidecar."""
-    from .families import _schedule, hf_config_beside
-    from .presets import Preset
-
     what = "hf-llama-to-keras"
-    config = hf_config_beside(reader, what)
+    config = config_beside(reader, what)
     keras_config = keras_hub_llama_config(config, what)
-    heads, kv, head_dim = _heads(config)
+    heads, kv, head_dim = config_heads(config)
     hidden = keras_config["hidden_dim"]
     tied = keras_config["tie_word_embeddings"]
     names, attrs = keras_llama_names(keras_config["num_layers"], tied)
@@ -175,7 +170,7 @@ def hf_llama_to_keras(reader, options):
         drop.append("lm_head.weight")
     rules = Rules(rename=rename, transpose=transpose, ops=ops, drop=drop, strict=True,
                   require=[hf for hf, _, _ in names])
-    entry = _schedule(config, what)[0]
+    entry = config_schedule(config, what)[0]
     sidecar = {"rope": {"layout": "half", "base": entry["base"], "rotary_dim": entry["rotary_dim"],
                         "scaling": entry["scaling"], "num_heads": heads, "num_kv_heads": kv, "source_layout": "half"},
                "hf_config": config,
@@ -212,8 +207,6 @@ def _keras_config_beside(reader, what):
 def keras_to_hf_llama(reader, options):
     """keras-hub LlamaBackbone `.weights.h5` (preset config.json beside) -> HF LlamaForCausalLM
     safetensors (a directory TARGET gets config.json)."""
-    from .presets import Preset
-
     what = "keras-to-hf-llama"
     cfg = _keras_config_beside(reader, what)
     heads, kv, hidden = int(cfg["num_query_heads"]), int(cfg["num_key_value_heads"]), int(cfg["hidden_dim"])
@@ -266,22 +259,15 @@ def keras_to_hf_llama(reader, options):
 def keras_logits_check(hf_config, keras_config, *, source, seed=13):
     """Extra verification: per layer, RoPE attention logits of the HF tensors rotated by the HF config's
     settings vs the keras-hub kernels rotated by the settings the keras-hub config builds (read by
-    `posenc.spec.read_keras_hub`), at probe positions per frequency band; and the v / o projections
+    `posenc.modelspec.read_keras_hub`), at probe positions per frequency band; and the v / o projections
     computed both ways. `source` says which side ("hf" or "keras") is the SOURCE reader."""
 
     def run(src_reader, tgt_reader):
-        from posenc.spec import read_keras_hub
-        from posenc_np.rope import rope_frequencies
-        from posenc_np.testing import compare, tolerance
-
-        from .families import _schedule, probe_positions
-        from .verify import _rope_logits
-
         hf, keras = (src_reader, tgt_reader) if source == "hf" else (tgt_reader, src_reader)
-        heads, kv, head_dim = _heads(hf_config)
+        heads, kv, head_dim = config_heads(hf_config)
         hidden = int(hf_config["hidden_size"])
         context = int(hf_config["max_position_embeddings"])
-        hf_rope = _schedule(hf_config, "verification")
+        hf_rope = config_schedule(hf_config, "verification")
         spec = read_keras_hub({"class_name": "LlamaBackbone", "config": keras_config}, source="keras-hub config")
         names, _ = keras_llama_names(int(hf_config["num_hidden_layers"]), False)
         kernel = {h: k for h, k, _ in names}
@@ -304,10 +290,10 @@ def keras_logits_check(hf_config, keras_config, *, source, seed=13):
             original = (entry["scaling"] or {}).get("original_max_position_embeddings")
             positions = probe_positions(inv, context, boundaries=[original - 1, original] if original else [])
             x = rng.standard_normal((len(positions), hidden))
-            desired = _rope_logits(x @ w["q"].T, x @ w["k"].T, heads, kv, hf_settings, entry["layout"], positions)
+            desired = rope_logits(x @ w["q"].T, x @ w["k"].T, heads, kv, hf_settings, entry["layout"], positions)
             q = np.einsum("pm,muh->puh", x, k["q"]).reshape(len(positions), -1)
             kk = np.einsum("pm,mvh->pvh", x, k["k"]).reshape(len(positions), -1)
-            actual = _rope_logits(q, kk, heads, kv, keras_settings, layer.layout, positions)
+            actual = rope_logits(q, kk, heads, kv, keras_settings, layer.layout, positions)
             check("keras-logits", f"layer {i} (hf . keras-hub)", actual, desired,
                   f"{len(positions)} probe positions per frequency band up to {positions.max()}")
             check("keras-dense", f"layer {i} value", np.einsum("pm,mvh->pvh", x, k["v"]).reshape(len(x), -1),
@@ -322,4 +308,4 @@ def keras_logits_check(hf_config, keras_config, *, source, seed=13):
 
 
 #: preset name -> builder
-KERAS_PRESETS = {"hf-llama-to-keras": hf_llama_to_keras, "keras-to-hf-llama": keras_to_hf_llama}
+PRESETS = {"hf-llama-to-keras": hf_llama_to_keras, "keras-to-hf-llama": keras_to_hf_llama}

@@ -1,0 +1,67 @@
+"""`read_source`: a path (or dict) to the reader of its dialect; `runtime=` re-reads an HF config the way
+vLLM, mlx-lm, llama.cpp, keras-hub or Transformer Engine do (`posenc.modelspec.runtimes`)."""
+
+from __future__ import annotations
+
+from .canonical import ModelSpec
+from .readers import (DIALECTS, load_config, read_gguf, read_hf_config, read_keras_hub, read_maxtext,
+                      read_meta_params)
+from .runtimes import runtime_spec
+
+__all__ = ["read_source"]
+
+
+def _detect(data: dict, path: str) -> str:
+    if path.endswith((".yml", ".yaml")):
+        return "maxtext"
+    if "class_name" in data and isinstance(data.get("config"), dict) and str(data.get("module", "")).startswith(
+            "keras_hub"):
+        return "keras-hub"
+    if any(k in data for k in ("rope_max_wavelength", "rope_frequency_adjustment_factor")):
+        return "keras-hub"
+    if "n_layers" in data and "dim" in data:
+        return "meta"
+    if any(k in data for k in ("rope_max_timescale", "base_num_decoder_layers")):
+        return "maxtext"
+    return "hf"
+
+
+def read_source(source, *, dialect: str | None = None, runtime: str | None = None, **options) -> ModelSpec:
+    """Read a path (config.json, params.json, .gguf, keras-hub config, MaxText YAML) or a dict.
+
+    Args:
+        source: a file or directory path, or an already-loaded dict (then `dialect` defaults to "hf").
+        dialect: force a reader (`DIALECTS`); detected from the file otherwise.
+        runtime: re-read an HF config the way that runtime does (`posenc.modelspec.runtimes.RUNTIMES`).
+        options: runtime options (`max_model_len`, `hf_overrides`, `keras_hub_version`, ...).
+
+    Raises:
+        ValueError: unreadable file, unknown dialect, or the reader's own errors.
+    """
+    if dialect is not None and dialect not in DIALECTS:
+        raise ValueError(f"dialect={dialect!r} is not one of {DIALECTS}")
+    if isinstance(source, dict):
+        data, name = source, "<dict>"
+        dialect = dialect or "hf"
+    else:
+        name = str(source)
+        if name.endswith(".gguf") or dialect == "gguf":
+            if runtime not in (None, "llama.cpp"):
+                raise ValueError(f"--runtime {runtime} applies to HF config.json sources, not to a GGUF file")
+            return read_gguf(name)
+        data = load_config(name)
+        dialect = dialect or _detect(data, name)
+    if runtime is not None:
+        if dialect != "hf":
+            raise ValueError(f"--runtime {runtime} applies to HF config.json sources, not to a {dialect} config")
+        return runtime_spec(data, runtime, source=name, **options)
+    if dialect == "hf":
+        return read_hf_config(data, source=name)
+    if dialect == "meta":
+        return read_meta_params(data, source=name)
+    if dialect == "keras-hub":
+        return read_keras_hub(data, source=name, version=options.get("keras_hub_version", "0.32"))
+    if dialect == "maxtext":
+        return read_maxtext(data, source=name)
+    raise ValueError(f"a {dialect} source must be a file path")
+
