@@ -11,7 +11,9 @@ UsageError.
 Writing: the header, key/values and tensor infos are written by `gguf.GGUFWriter`; the tensor data is
 streamed by us one tensor at a time, a block at a time, at GGUF's alignment (what
 `GGUFWriter.write_tensor_data` does, without holding a whole tensor's pages). float32, float16,
-bfloat16 and float64 tensors are written as F32/F16/BF16/F64; anything else is refused.
+bfloat16 and float64 tensors are written as F32/F16/BF16/F64; anything else is refused. A tensor the
+metadata names in `types` is written in that block type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) by gguf-py's quantizer
+(`posenc.formats.gguf_quant`, `--outtype`).
 
 `ROPE_TYPE_OF_ARCH`: llama.cpp does not store the rope type in the file; `llama_model_rope_type()` in
 src/llama-model.cpp (ggml-org/llama.cpp commit 00342301d01add50835550e8a916f12097d94517) hard-codes it
@@ -109,7 +111,9 @@ _GGML = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64
 
 
 def write_gguf(path, entries, metadata, *, block=1 << 24):
-    """Write `entries` (name, shape, dtype, thunk); `metadata["gguf"] = {"arch": ..., "kv": [(key, value, type)]}`."""
+    """Write `entries` (name, shape, dtype, thunk); `metadata["gguf"] = {"arch": ..., "kv": [(key, value, type)]}`,
+    and `"types"`: GGUF name -> block type (Q8_0, Q4_0, ...) for tensors written quantized by
+    `gguf_quant.quantize` (their thunks give the float values; `--outtype`, `posenc.formats.gguf_quant`)."""
     import gguf
 
     spec = metadata.get("gguf")
@@ -134,10 +138,18 @@ def write_gguf(path, entries, metadata, *, block=1 << 24):
             writer.add_array(key, list(value))
         else:
             raise AssertionError(f"internal: GGUF value type {kind!r} of {key!r}")
+    block_types = spec.get("types", {})  # GGUF name -> block type (gguf_quant.QUANTIZED) of --outtype q8_0, ...
     for name, shape, dtype, _ in entries:
         if dtype not in _GGML:
             raise UsageError(f"tensor {name!r}: dtype {dtype} cannot be written to GGUF (float32, float16, bfloat16, "
                              "float64 only)")
+        kind = block_types.get(name)
+        if kind is not None:  # the byte shape of its blocks: rows of (columns / block) blocks
+            size, per_block = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, kind)]
+            byte_shape = (*shape[:-1], shape[-1] // size * per_block)
+            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape, dtype=np.int64)),
+                                   raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+            continue
         nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
         writer.add_tensor_info(name, tuple(shape), numpy_dtype(dtype), nbytes,
                                raw_dtype=getattr(gguf.GGMLQuantizationType, _GGML[dtype]))
@@ -148,6 +160,10 @@ def write_gguf(path, entries, metadata, *, block=1 << 24):
     try:
         for name, shape, dtype, thunk in entries:
             array = checked(name, shape, dtype, thunk())
+            if name in block_types:
+                from .gguf_quant import quantize
+
+                array = quantize(array, block_types[name])
             writer.write_padding(out, out.tell())  # each tensor starts at the file's alignment
             flat = array.reshape(-1).view(np.uint8)
             for start in range(0, flat.size, block):

@@ -130,9 +130,27 @@ _CONVERSION_FLAGS = ("rename", "drop", "transpose", "split_qkv", "strip_offset",
                      "rope_q", "rope_k", "t5_bias")
 
 
+def _outtype(args):
+    """--outtype checked before anything is read or written (GGUF presets only)."""
+    value = getattr(args, "outtype", None)
+    if value is None:
+        return None
+    from ..formats.gguf_quant import outtype_of
+
+    try:
+        outtype_of(value)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if not (args.preset or "").endswith("-to-gguf"):
+        raise UsageError(f"--outtype {value} belongs to the presets that write GGUF (hf-...-to-gguf); got "
+                         f"{'--preset ' + args.preset if args.preset else 'no --preset'}")
+    return value
+
+
 def cmd_port(args) -> int:
     if args.json:
         check_output(args.json, what="--json report")
+    outtype = _outtype(args)
     scaling = _rope_scaling(args)
     if args.preset:
         conversion_flags = [f for f in _CONVERSION_FLAGS if getattr(args, f)]
@@ -141,7 +159,8 @@ def cmd_port(args) -> int:
                              f"{', --'.join(f.replace('_', '-') for f in conversion_flags)})")
         options = PresetOptions(heads=args.heads, kv_heads=args.kv_heads, rope_theta=args.rope_theta,
                                 rotary_dim=args.rotary_dim, rope_scaling=scaling,
-                                resize_positions=args.resize_positions, resize_method=args.resize_method)
+                                resize_positions=args.resize_positions, resize_method=args.resize_method,
+                                outtype=outtype)
         preset = get_preset(args.preset, open_reader(args.source), options)
         rules = preset.rules
         kwargs = dict(rope=preset.rope, sidecar=preset.sidecar, extra=preset.extra, metadata=preset.metadata,
@@ -197,6 +216,9 @@ def add_parser(subparsers) -> None:
     port.add_argument("--preset", help=f"a known port: {', '.join(PRESETS)}")
     port.add_argument("--json", metavar="REPORT", help="write the verification report as JSON")
     port.add_argument("--seed", type=int, default=0, help="seed of the random probes")
+    port.add_argument("--outtype", metavar="TYPE",
+                      help="GGUF presets: type of 2-D weights, llama.cpp's converter's flag (f32, f16, bf16, q8_0, "
+                           "q4_0, q4_1, q5_0, q5_1); norms and 1-D tensors stay F32. Default: each tensor's dtype")
     port.add_argument("--max-shard-size", metavar="SIZE",
                       help="write .safetensors above SIZE (5GB, 500MB, 2GiB) as save_pretrained's shards and index; "
                            "a TARGET ending in / is a checkpoint directory (default SIZE 50GB, as transformers 5)")

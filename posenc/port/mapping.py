@@ -80,6 +80,8 @@ class Op:
         return tuple(shape)
 
     def dtype(self, dtype):
+        if self.kind == "quantize":  # a block type reads back as float32 (its dequantized values)
+            return "float32"
         return self.params[0] if self.kind == "cast" else dtype
 
     def apply(self, array):
@@ -101,6 +103,12 @@ class Op:
             return _transpose(array)
         if k == "cast":  # llama.cpp keeps 1-D tensors and norms in F32 (convert_hf_to_gguf.py prepare_tensors)
             return np.asarray(array).astype(p[0])
+        if k == "dequantized":  # a quantized GGUF tensor: the reader already gives gguf.quants.dequantize's values
+            return array
+        if k == "quantize":  # GGUF --outtype q8_0, ...: the values the file holds (gguf-py's quantizers)
+            from ..formats.gguf_quant import rounded
+
+            return rounded(array, p[0])
         if k == "shift":  # Gemma's RMSNorm scales by (1 + w); llama.cpp stores w + 1 (GemmaModel.modify_tensors)
             return (np.asarray(array) + np.asarray(p[0], dtype=array.dtype)).astype(array.dtype)
         if k in ("qkv-blocks", "qkv-heads"):

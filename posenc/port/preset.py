@@ -30,6 +30,8 @@ class PresetOptions:
             params.json says `use_scaled_rope`).
         resize_positions: resize BERT's position table to this many rows (the BERT presets only).
         resize_method: "linear", "nearest" or "cubic" (`resize_table`'s methods).
+        outtype: GGUF tensor type of 2-D weights (the GGUF presets: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+            q5_1; `posenc.formats.gguf_quant`); None keeps each tensor's dtype.
     """
 
     heads: int | None = None
@@ -39,6 +41,7 @@ class PresetOptions:
     rope_scaling: dict | None = None
     resize_positions: int | None = None
     resize_method: str = "linear"
+    outtype: str | None = None
 
 
 #: Presets that honour `PresetOptions.resize_positions`.

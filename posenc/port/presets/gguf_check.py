@@ -15,6 +15,7 @@ from posenc_np.rope import rope_frequencies
 from posenc_np.testing import compare, tolerance
 
 from ...formats.gguf import ROPE_LAYOUT_OF_TYPE, rope_type
+from ...formats.gguf_quant import rounded
 from ..checks import Check, probe_positions
 from .. import hf_config
 
@@ -24,8 +25,9 @@ __all__ = ["gguf_logits_check"]
 class _Side:
     """q/k projections and the rope of one checkpoint, read in its own convention."""
 
-    def __init__(self, family, convention, reader, config):
+    def __init__(self, family, convention, reader, config, rounding=None):
         self.family, self.convention, self.reader = family, convention, reader
+        self.rounding = rounding or {}  # name -> GGUF type its weight is written in (--outtype): rounded here too
         if convention == "gguf":
             md = reader.metadata
             arch = md.get("general.architecture")
@@ -55,7 +57,9 @@ class _Side:
         q_rows, k_rows = self.heads * self.head_dim, self.kv_heads * self.head_dim
 
         def proj(name_w, name_b, rows=None):
-            w = np.asarray(r.get(name_w), np.float64)
+            w = r.get(name_w)
+            # rounding acts per row (blocks along the input axis), so it commutes with the row orders compared
+            w = np.asarray(rounded(w, self.rounding[name_w]) if name_w in self.rounding else w, np.float64)
             b = np.asarray(r.get(name_b), np.float64) if name_b in r else None
             if rows is not None:
                 w, b = w[rows], (b[rows] if b is not None else None)
@@ -126,14 +130,16 @@ def _rotate(x, positions, layout, rotary_dim, inv_freq, scale):
     return np.concatenate([out, rest], -1)
 
 
-def gguf_logits_check(family, *, source, target, seed=11):
+def gguf_logits_check(family, *, source, target, seed=11, hf_rounding=None):
     """Extra verification: per layer, logits of the source in its convention vs the written target in
-    its own (GGUF metadata + tensors read back through gguf.GGUFReader), at `probe_positions`."""
+    its own (GGUF metadata + tensors read back through gguf.GGUFReader), at `probe_positions`.
+    `hf_rounding`: HF name -> the GGUF type its tensor is written in (`--outtype`), applied to the HF side's
+    q/k weights too, so that the layouts are compared at float64 precision on the same values."""
 
     def run(src_reader, tgt_reader):
         sides = []
         for (convention, config), reader in ((source, src_reader), (target, tgt_reader)):
-            sides.append(_Side(family, convention, reader, config))
+            sides.append(_Side(family, convention, reader, config, hf_rounding if convention == "hf" else None))
         src, tgt = sides
         hidden_name = "token_embd.weight" if src.convention == "gguf" else family.global_names[0][0]
         hidden = src_reader.shape(hidden_name)[1]

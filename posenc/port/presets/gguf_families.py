@@ -46,10 +46,12 @@ import numpy as np
 
 from ...errors import UsageError
 from ...formats.gguf import ROPE_LAYOUT_OF_TYPE, rope_type
+from ...formats.gguf_quant import FILE_TYPE, QUANTIZED, tensor_type
 from .. import hf_config
-from ..mapping import Op, Rules
+from ..mapping import Op, Rules, build_plan
 from ..preset import Preset
 from .gguf_check import gguf_logits_check
+from .gguf_runtime import Rounding, llamacpp_available, llamacpp_check
 
 __all__ = ["FAMILIES", "FAMILY_OF_ARCH", "Family", "LLAMA_LAYER", "hf_to_gguf", "gguf_to_hf", "llama3_rope_freqs",
            "tokenizer_kv", "HF_SCALING_KEY", "PRESETS"]
@@ -276,7 +278,7 @@ def hf_to_gguf(family_name, reader, options):
     vocab = reader.shape(family.global_names[0][0])[0]
     eps_hf, eps_key = family.eps
     kv = [("general.name", config.get("_name_or_path") or f"posenc port of {family.hf_class}", "string"),
-          ("general.file_type", 0, "uint32"),
+          ("general.file_type", FILE_TYPE.get(options.outtype, 0), "uint32"),
           (f"{prefix}.context_length", config["max_position_embeddings"], "uint32"),
           (f"{prefix}.embedding_length", config["hidden_size"], "uint32"),
           (f"{prefix}.block_count", layers, "uint32"),
@@ -294,9 +296,47 @@ def hf_to_gguf(family_name, reader, options):
                         "rotary_dim": entry["rotary_dim"], "scaling": entry["scaling"], "num_heads": heads,
                         "num_kv_heads": kv_heads, "source_layout": "half"},
                "gguf": {"architecture": family.arch, "rope_type": rope_type(family.arch), "tokenizer": token_note}}
-    extra = [gguf_logits_check(family, source=("hf", config), target=("gguf", None))]
+    types, rounded, hf_rounding = _outtype_ops(reader, rules, options.outtype)
+    rounding = Rounding(rules, rounded)
+    extra = [gguf_logits_check(family, source=("hf", config), target=("gguf", None), hf_rounding=hf_rounding)]
+    if hf_rounding:
+        extra.append(rounding.rounding_check)
+    if options.outtype:
+        sidecar["gguf"]["outtype"] = options.outtype
+    if not llamacpp_available():
+        sidecar["gguf"]["llama.cpp"] = "not run: llama-cpp-python is not installed"
+    elif dict((k, v) for k, v, _ in kv).get("tokenizer.ggml.model") == "none":
+        sidecar["gguf"]["llama.cpp"] = "not run: no vocabulary (llama.cpp gives no logits without one)"
+    else:
+        extra.append(llamacpp_check(family, config, rounding))
+        sidecar["gguf"]["llama.cpp"] = "logits checked (llamacpp-logits)"
+    block_types = {name: kind for name, kind in types.items() if kind in QUANTIZED}
     return Preset(rules, target_format="gguf", sidecar=sidecar, extra=extra,
-                  metadata={"gguf": {"arch": family.arch, "kv": kv}})
+                  metadata={"gguf": {"arch": family.arch, "kv": kv, "types": block_types}})
+
+
+def _outtype_ops(reader, rules, outtype):
+    """`--outtype`: per planned tensor, llama.cpp's converter's type (`gguf_quant.tensor_type`), added to
+    `rules.ops` as the last conversion of its source tensor (a block type: `quantize`; F16/BF16/F32: a cast).
+    Returns `(types, rounded, hf_rounding)`: GGUF name -> type of every tensor, GGUF name -> type of those
+    this rounds (a quantize or a cast to F16/BF16), and the same by SOURCE name (for the checks that
+    recompute from SOURCE)."""
+    if outtype is None:
+        return {}, {}, {}
+    dtypes = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+    types, rounded, hf_rounding = {}, {}, {}
+    for entry in build_plan(reader, rules):  # the plan before the rounding: names, shapes and dtypes only
+        kind = tensor_type(entry.target, entry.shape, outtype)
+        types[entry.target] = kind
+        if entry.source is None:
+            continue  # generated 1-D factors (rope_freqs...): F32 as planned
+        if kind in QUANTIZED:
+            rules.ops.append((entry.source, Op("quantize", (kind,))))
+        elif dtypes[kind] != entry.dtype:
+            rules.ops.append((entry.source, Op("cast", (dtypes[kind],))))
+        if kind in QUANTIZED or (kind != "F32" and dtypes[kind] != entry.dtype):
+            rounded[entry.target], hf_rounding[entry.source] = kind, kind
+    return types, rounded, hf_rounding
 
 
 # ---------------------------------------------------------------- GGUF -> HF
@@ -408,6 +448,9 @@ def gguf_to_hf(family_name, reader, options):
         ops.append(("*norm.weight", Op("shift", (-family.norm_shift,))))
     if family.qkv == "heads":
         ops.append(("blk.*.attn_qkv.*", Op("qkv-heads", (heads,))))
+    quantized = {name: kind for name, kind in getattr(reader, "gguf_types", {}).items()
+                 if kind not in ("F32", "F16", "BF16", "F64") and not kind.startswith("I") and name not in drop}
+    ops += [(name, Op("dequantized", (kind,))) for name, kind in quantized.items()]
     rules = Rules(rename=rename, drop=drop, require=require + ["token_embd.weight"], strict=True, ops=ops)
     n_rot = int(reader.metadata.get(f"{arch}.rope.dimension_count", head_dim))
     if family.permute:
@@ -425,6 +468,11 @@ def gguf_to_hf(family_name, reader, options):
                "gguf": {"architecture": arch, "rope_type": rope_type(arch),
                         "tokenizer": "not converted (tokenizer.ggml.* stays in the GGUF; HF tokenizer files are not "
                                      "written)"}}
+    if quantized:  # the port holds the dequantized values, float32
+        counts = {kind: sum(k == kind for k in quantized.values()) for kind in sorted(set(quantized.values()))}
+        sidecar["gguf"]["dequantized"] = (f"{len(quantized)} quantized tensors ("
+                                          + ", ".join(f"{k} x{n}" for k, n in counts.items())
+                                          + ") written as float32, gguf.quants.dequantize's values")
     extra = [gguf_logits_check(family, source=("gguf", None), target=("hf", config))]
     return Preset(rules, target_format="safetensors", sidecar=sidecar, extra=extra)
 

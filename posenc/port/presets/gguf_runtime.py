@@ -1,0 +1,180 @@
+"""llama.cpp and transformers as the judges of a GGUF port: the logits each gives for one token list.
+
+`llamacpp_logits` loads a GGUF in llama.cpp itself (llama-cpp-python 0.3.36, which builds the llama.cpp it
+vendors) and evaluates the tokens in one batch with every position's logits kept; the KV cache is float32
+(`type_k = type_v = GGML_TYPE_F32`, llama.cpp's default is F16, which would round K and V to 11 bits) and
+the sliding-window cache full size (`swa_full`), so what differs from transformers is the model, not the
+cache. A GGUF without a vocabulary (`tokenizer.ggml.model = none`) has no logits in llama.cpp (its context
+sizes them by the vocabulary's token count), so it cannot be judged this way.
+
+`hf_logits` builds the transformers model of an HF config and loads a checkpoint's tensors into it.
+
+`llamacpp_check` is the verification a GGUF preset adds when llama-cpp-python is installed: llama.cpp's
+logits on the written file against transformers' on SOURCE for a prompt longer than any sliding window,
+within float32 rounding plus, for a quantized or half-precision file, the error its tensors' rounding is
+expected to cause (`posenc.formats.gguf_quant.expected_logit_error`); its note names the tensors that
+carry most of that error and the fraction of positions whose next-token choice is the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from posenc_np.testing import tolerance
+
+from ...formats.gguf_quant import QUANTIZED, error_bound, expected_logit_error, quantization_error
+from ..checks import Check
+
+__all__ = ["llamacpp_available", "llamacpp_logits", "hf_logits", "probe_tokens", "prompt_length", "Rounding",
+           "llamacpp_check", "float32_logit_tolerance"]
+
+_GGML_TYPE_F32 = 0
+
+
+def llamacpp_available() -> bool:
+    """Whether llama-cpp-python imports (it needs its compiled library)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+def llamacpp_logits(path, tokens, *, threads=None) -> np.ndarray:
+    """llama.cpp's logits `[len(tokens), n_vocab]` (float32) for `tokens` evaluated from position 0.
+
+    ValueError (llama-cpp-python's "Failed to load model from file") when llama.cpp refuses the file."""
+    import llama_cpp
+
+    tokens = [int(t) for t in tokens]
+    n = max(len(tokens), 8)
+    model = llama_cpp.Llama(model_path=str(path), n_ctx=n, n_batch=n, n_ubatch=n, logits_all=True,
+                            type_k=_GGML_TYPE_F32, type_v=_GGML_TYPE_F32, swa_full=True, flash_attn=False,
+                            n_threads=threads, n_threads_batch=threads, verbose=False)
+    try:
+        if model.n_vocab() == 0:
+            raise ValueError(f"{path}: the GGUF has no vocabulary (tokenizer.ggml.model = none); llama.cpp gives "
+                             "no logits without one")
+        model.eval(tokens)
+        return np.array(model.scores[:len(tokens)], dtype=np.float32)
+    finally:
+        model.close()
+
+
+def hf_logits(config, reader, tokens, *, hf_class) -> np.ndarray:
+    """transformers' float32 logits `[len(tokens), vocab]` of `hf_class` built from `config` (a dict) with
+    the tensors of `reader` (every parameter required, except an output head tied to the embedding)."""
+    import torch
+    import transformers
+
+    fields = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version")}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
+    with torch.device("meta"):
+        model = getattr(transformers, hf_class)(cfg)
+    state = {name: torch.from_numpy(np.ascontiguousarray(np.asarray(reader.get(name), np.float32)))
+             for name in reader.names() if not name.endswith("rotary_emb.inv_freq")}
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"SOURCE does not fill {hf_class}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model.tie_weights()
+    for name, buffer in list(model.named_buffers()):  # rotary buffers are not in the checkpoint: build them
+        if buffer.is_meta:
+            raise ValueError(f"{hf_class} buffer {name} is not in SOURCE")
+    model = model.float().eval()
+    with torch.no_grad():
+        return model(torch.tensor([list(map(int, tokens))])).logits[0].numpy()
+
+
+def probe_tokens(vocab, count, *, seed=0):
+    """`count` token ids drawn uniformly from `[0, vocab)` (fixed seed)."""
+    return np.random.default_rng(seed).integers(0, vocab, count).tolist()
+
+
+def float32_logit_tolerance(desired, layers):
+    """Float32 rounding of two runtimes computing one forward: 64 ulps of the largest logit per layer.
+
+    Each layer adds a few float32 roundings of O(1) relative size in different orders (ggml's SIMD sums
+    against torch's); 64 ulps per layer is the slack measured to cover them (docs/port.md)."""
+    return tolerance("float32", scale=float(np.abs(desired).max()), slack_ulps=64 * max(int(layers), 1))
+
+
+def _window(config):
+    return int(config.get("sliding_window") or 0)
+
+
+def prompt_length(config):
+    """Probe prompt length: longer than any sliding window, at least 32, at most the context length."""
+    return int(min(int(config["max_position_embeddings"]), max(32, _window(config) + 16)))
+
+
+class Rounding:
+    """The tensors a GGUF port writes in a rounded type (`--outtype` f16, bf16, q8_0, ...), checked and measured.
+
+    `rounding_check` compares each such tensor as read back (dequantized) with the values it was written from
+    (SOURCE through every conversion before the rounding), element by element against
+    `gguf_quant.error_bound`, and keeps each tensor's `TensorError` in `errors` for `llamacpp_check`."""
+
+    def __init__(self, rules, types):
+        self.rules, self.types, self.errors = rules, dict(types), []
+
+    def rounding_check(self, source, target):
+        from ..mapping import build_plan
+
+        checks, self.errors = [], []
+        for entry in build_plan(source, self.rules):
+            kind = self.types.get(entry.target)
+            if kind is None or kind == "F32":
+                continue
+            values = np.asarray(source.get(entry.source))
+            for op in entry.ops[:-1]:  # the last op is the rounding itself
+                values = op.apply(values)
+            written = np.asarray(target.get(entry.target))
+            values64, written64 = np.asarray(values, np.float64), np.asarray(written, np.float64)
+            error = np.abs(written64 - values64).reshape(-1)
+            bound = error_bound(values, kind).reshape(-1)
+            # the element nearest its bound is the one reported: its error and its bound
+            worst = int(np.argmax(error / np.maximum(bound, np.finfo(np.float64).tiny))) if error.size else 0
+            e = quantization_error(entry.target, values, kind, written=written)
+            self.errors.append(e)
+            err, atol = (float(error[worst]), float(bound[worst])) if error.size else (0.0, 0.0)
+            note = (f"{kind}; max |err| {e.max_abs_err:.3g}, RMS error {e.rel_rms_err:.2e} of the tensor's RMS"
+                    + (f", mean step {e.mean_step:.3g}" if e.mean_step else ""))
+            checks.append(Check("rounding", entry.target, err, atol,
+                                f"{kind} step bound per block (gguf_quant.error_bound)" if kind in QUANTIZED
+                                else f"{kind}: half an ulp", bool(err <= atol), note))
+        return checks
+
+
+def llamacpp_check(family, config, rounding=None):
+    """The check a GGUF preset adds: `(source, target) -> [Check]`, llama.cpp on the written file against
+    transformers on SOURCE, within float32 rounding plus the rounded tensors' expected effect (`rounding`:
+    the preset's `Rounding`, whose check runs first)."""
+
+    def llamacpp_logits_check(source, target):
+        n_vocab = target.shape("token_embd.weight")[0]
+        tokens = probe_tokens(n_vocab, prompt_length(config))
+        desired = hf_logits(config, source, tokens, hf_class=family.hf_class).astype(np.float64)
+        actual = llamacpp_logits(target.path, tokens).astype(np.float64)
+        if actual.shape != desired.shape:
+            return [Check("llamacpp-logits", "llama.cpp (GGUF) vs transformers (SOURCE)", float("inf"), 0.0, "",
+                          False, f"llama.cpp gave logits {actual.shape}, transformers {desired.shape}")]
+        tol = float32_logit_tolerance(desired, config["num_hidden_layers"])
+        atol, why, extra = tol.atol, "float32, 64 ulps of the largest logit per layer", ""
+        errors = [e for e in (rounding.errors if rounding else []) if e.rel_rms_err > 0]
+        if errors:
+            rms = math.sqrt(float(np.mean(desired * desired)))
+            expected, shares = expected_logit_error(errors, logits_rms=rms, samples=desired.size)
+            atol += expected
+            why += f" + {expected:.3g} expected from {len(errors)} rounded tensors (first order, docs/port.md)"
+            extra = "; most of the expected error: " + ", ".join(
+                f"{name} {share:.0%}" for name, share in list(shares.items())[:3])
+        err = float(np.abs(actual - desired).max())
+        same = float(np.mean(actual.argmax(-1) == desired.argmax(-1)))
+        note = f"{len(tokens)} tokens; same next token at {same:.0%} of positions" + extra
+        return [Check("llamacpp-logits", "llama.cpp (GGUF) vs transformers (SOURCE)", err, atol, why,
+                      bool(err <= atol), note)]
+
+    return llamacpp_logits_check
