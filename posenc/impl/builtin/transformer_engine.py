@@ -1,0 +1,144 @@
+"""Transformer Engine's unfused rotary path: `transformer_engine/pytorch/attention/rope.py`
+`apply_rotary_pos_emb(t, freqs, tensor_format="sbhd", start_positions=None, interleaved=False, fused=False,
+cu_seqlens=None, cp_size=1, cp_rank=0)` (checked on transformer-engine 2.20.2, the Python wheel alone).
+
+`pip install --no-deps transformer-engine` installs the Python package without its CUDA core library, and
+`import transformer_engine` then refuses to run. The rope module's unfused path is pure torch; it imports
+the extension `transformer_engine_torch` and `QKVFormat` only for the fused path, so the module file is
+loaded by path with those two names stubbed (the stubs are removed from `sys.modules` afterwards; the
+fused path raises). With the full library installed, the real module is imported. Mapping of the contract:
+
+* "transformer-engine": `tensor_format="bshd"`, `t [b, s, h, d]` rows of consecutive positions (heads kept
+  when they share the row's offset), `start_positions [b]`;
+  "transformer-engine-thd": `tensor_format="thd"`, every row one sequence of the packed `t [tokens, 1, d]`
+  with `cu_seqlens` and `start_positions` per sequence.
+* `freqs [EDGE_TABLE_ROWS, 1, 1, rotary_dim]`: the angles of the float64 spec (the case's scaling at its
+  sequence length) in the layout's channel order (`cat(f, f)`, or each repeated for `interleaved`), as
+  `RotaryPositionEmbedding.forward` lays them out; class "table" (TE's own module forms them in float32 and
+  allocates on a CUDA device, so it does not run here). TE has no magnitude factor: YaRN / LongRoPE are skips.
+* TE computes `cos(freqs)` and `sin(freqs)`, casts them to `t.dtype`, and multiplies in that dtype.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+from ...adapters import NotSupported
+from ..implementation import Implementation, ImplementationUnavailable
+from ._rope_inputs import angle_table, frequencies, offset_rows, rotary_width
+from .flash_attn import table_rows
+
+DISTRIBUTION = "transformer-engine"
+
+_MODULE = None
+_STUBBED = ("transformer_engine_torch", "transformer_engine", "transformer_engine.pytorch",
+            "transformer_engine.pytorch.cpp_extensions", "transformer_engine.pytorch.cpp_extensions.fused_attn")
+
+
+class _FusedPathUnavailable(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):  # module protocol lookups (inspect, pickle) see a plain module
+            raise AttributeError(name)
+
+        def fused(*args, **kwargs):
+            raise NotSupported(f"Transformer Engine's fused path needs its CUDA extension ({self.__name__}.{name})")
+
+        return fused
+
+
+def _load_unfused(path: Path):
+    """Execute rope.py with the fused path's two imports stubbed, leaving `sys.modules` as it was."""
+    added = [name for name in _STUBBED if name not in sys.modules]
+    for name in added:
+        sys.modules[name] = _FusedPathUnavailable(name)
+    sys.modules["transformer_engine.pytorch.cpp_extensions.fused_attn"].QKVFormat = {}
+    try:
+        module_spec = importlib.util.spec_from_file_location("_posenc_transformer_engine_rope", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    finally:
+        for name in added:
+            del sys.modules[name]
+    return module
+
+
+def rope_module():
+    """TE's `pytorch/attention/rope.py`: the installed module when TE imports, else its file unfused (cached)."""
+    global _MODULE
+    if _MODULE is None:
+        spec = importlib.util.find_spec("transformer_engine")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImplementationUnavailable("--impl transformer-engine: transformer_engine is not installed "
+                                            "(pip install --no-deps transformer-engine)")
+        try:
+            import transformer_engine.pytorch.attention.rope as module
+        except (ImportError, RuntimeError):  # the Python wheel without its core library refuses to import
+            path = Path(list(spec.submodule_search_locations)[0]) / "pytorch" / "attention" / "rope.py"
+            module = _load_unfused(path)
+        _MODULE = module
+    return _MODULE
+
+
+def freqs_table(rotary_dim, *, base, scaling, positions, layout, rows):
+    """float64 `[rows, 1, 1, rotary_dim]` angles in the layout's channel order (RotaryPositionEmbedding's)."""
+    import torch
+
+    inv, attention_scale = frequencies(rotary_dim, base=base, scaling=scaling, positions=positions)
+    if attention_scale != 1.0:
+        raise NotSupported(f"Transformer Engine's freqs carry angles only, no magnitude factor "
+                           f"({attention_scale:.4g} here)")
+    half = angle_table(rows, inv)
+    emb = np.concatenate([half, half], -1) if layout == "half" else np.repeat(half, 2, axis=-1)
+    return torch.from_numpy(emb).reshape(rows, 1, 1, rotary_dim)
+
+
+def make_apply_rope(tensor_format: str):
+    """The contract's `apply_rope` through `apply_rotary_pos_emb(fused=False)` in `tensor_format`."""
+
+    def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+        import torch
+
+        r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+        pos = positions.numpy()
+        rows = offset_rows(tuple(x.shape), pos, what="Transformer Engine's apply_rotary_pos_emb")
+        freqs = freqs_table(r, base=base, scaling=scaling, positions=pos, layout=layout, rows=table_rows())
+        moved = x.movedim(rows.seq_axis, -2)  # [*lead, seq, dim]
+        seq, dim = moved.shape[-2:]
+        offsets = rows.offsets
+        te = rope_module()
+        if tensor_format == "bshd":
+            heads_kept = moved.ndim == 4 and bool((offsets == offsets[:, :1]).all())
+            t = moved.transpose(1, 2) if heads_kept else moved.reshape(-1, seq, 1, dim)
+            starts = offsets[:, 0] if heads_kept else offsets.reshape(-1)
+            out = te.apply_rotary_pos_emb(t, freqs, tensor_format="bshd", start_positions=torch.from_numpy(
+                np.ascontiguousarray(starts)), interleaved=layout == "interleaved", fused=False)
+            out = out.transpose(1, 2) if heads_kept else out.reshape(moved.shape)
+        else:
+            count = int(np.prod(moved.shape[:-2]))
+            t = moved.reshape(count * seq, 1, dim)
+            cu_seqlens = torch.arange(count + 1, dtype=torch.int32) * seq
+            out = te.apply_rotary_pos_emb(t, freqs, tensor_format="thd", cu_seqlens=cu_seqlens,
+                                          start_positions=torch.from_numpy(offsets.reshape(-1).copy()),
+                                          interleaved=layout == "interleaved", fused=False)
+            out = out.reshape(moved.shape)
+        return out.movedim(-2, rows.seq_axis)
+
+    return apply_rope
+
+
+def load() -> tuple[Implementation, ...]:
+    import importlib.metadata
+
+    rope_module()
+    common = dict(version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "bfloat16", "float16"),
+                  angles="table", max_positions=table_rows())
+    return (Implementation("transformer-engine", "torch", {"apply_rope": make_apply_rope("bshd")},
+                           description="apply_rotary_pos_emb(fused=False), bshd with start_positions", **common),
+            Implementation("transformer-engine-thd", "torch", {"apply_rope": make_apply_rope("thd")},
+                           description="apply_rotary_pos_emb(fused=False), thd with cu_seqlens and start_positions",
+                           **common))
