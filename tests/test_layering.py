@@ -1,11 +1,14 @@
 """The three layers and the direction of their imports, enforced.
 
-    posenc_np (the spec)  <-  posenc_torch | posenc_tf | posenc_jax (backends)  <-  posenc (the application)
+    posenc_np (the spec)  <-  posenc_torch | posenc_tf | posenc_jax | posenc_mlx (backends)  <-  posenc (the application)
 
 * posenc_np imports NumPy, ml_dtypes, the standard library and itself, nothing else;
 * a backend imports its own framework(s), NumPy, ml_dtypes, the standard library, posenc_np and itself:
   never another backend, never posenc;
-* posenc may import anything.
+* posenc may import anything;
+* inside each package, imports point one way too: no import cycle (`test_no_import_cycle_inside_a_package`),
+  and inside posenc no module imports another module's private (`_name`) name
+  (`test_no_private_name_is_imported_across_modules_of_the_application`).
 
 Every `import` statement counts, at module level or inside a function (a lazy import is still a
 dependency), and so do string imports (`importlib.import_module("x")`, `__import__("x")`,
@@ -34,12 +37,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 SPEC_DEPS = {"numpy", "ml_dtypes"}
-FRAMEWORKS = {"posenc_torch": {"torch"}, "posenc_tf": {"tensorflow", "keras"}, "posenc_jax": {"jax", "jaxlib", "flax"}}
+FRAMEWORKS = {"posenc_torch": {"torch"}, "posenc_tf": {"tensorflow", "keras"}, "posenc_jax": {"jax", "jaxlib", "flax"},
+              "posenc_mlx": {"mlx"}}
 #: What each layer may import besides the standard library and itself.
 ALLOWED = {"posenc_np": SPEC_DEPS, **{pkg: SPEC_DEPS | {"posenc_np"} | fw for pkg, fw in FRAMEWORKS.items()}}
 #: Imported by nothing in the spec's environment: every framework, backend, the application, and the
 #: heavy references the tests compare with.
-BLOCKED = sorted({"torch", "tensorflow", "keras", "jax", "jaxlib", "flax", "transformers", "safetensors", "onnx",
+BLOCKED = sorted({"torch", "tensorflow", "keras", "jax", "jaxlib", "flax", "mlx", "transformers", "safetensors", "onnx",
                   "onnxruntime", "gguf", "diffusers", "hypothesis", "posenc", *FRAMEWORKS})
 STRING_IMPORTERS = {"import_module", "__import__", "importorskip"}
 
@@ -49,8 +53,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path):
-    """`(line, absolute module name)` for every import in `path`, relative ones resolved."""
+def import_statements(path: Path):
+    """`(line, absolute module name, imported names or None)` for every import in `path`, relative ones
+    resolved; the names are those of a `from MODULE import a, b` (None for `import MODULE` and string imports)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = _module_name(path).split(".")
     if path.name != "__init__.py":
@@ -58,22 +63,32 @@ def imports(path: Path):
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, None
         elif isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names]
             if node.level:
                 base = package[:len(package) - node.level + 1] if node.level <= len(package) else None
                 if base is None:  # climbs above the top package
-                    for name in ([node.module] if node.module else [a.name for a in node.names]):
-                        yield node.lineno, "." * node.level + name
+                    for name in ([node.module] if node.module else names):
+                        yield node.lineno, "." * node.level + name, None
                     continue
-                for name in ([node.module] if node.module else [a.name for a in node.names]):
-                    yield node.lineno, ".".join(base + [name])
+                if node.module:
+                    yield node.lineno, ".".join(base + [node.module]), names
+                else:  # `from . import a, b`: each name is a module of the package (or a name of its __init__)
+                    for name in names:
+                        yield node.lineno, ".".join(base + [name]), None
             else:
-                yield node.lineno, node.module
+                yield node.lineno, node.module, names
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)
               and getattr(node.func, "attr", getattr(node.func, "id", None)) in STRING_IMPORTERS):
-            yield node.lineno, node.args[0].value
+            yield node.lineno, node.args[0].value, None
+
+
+def imports(path: Path):
+    """`(line, absolute module name)` for every import in `path`, relative ones resolved."""
+    for line, name, _ in import_statements(path):
+        yield line, name
 
 
 def violations(package: str, allowed: set[str]) -> list[str]:
@@ -201,3 +216,118 @@ def test_spec_tests_pass_with_only_numpy_and_ml_dtypes(tmp_path):
     tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
     assert result.returncode == 0, tail
     assert " passed" in tail and "skipped" not in tail, tail
+
+
+# ---------------------------------------------------------------- inside each package
+
+#: Every package of the repository: the spec, each backend, the application.
+PACKAGES = ["posenc_np", *FRAMEWORKS, "posenc"]
+
+
+def package_modules(package: str) -> dict[str, Path]:
+    """Module name -> file of every module of `package` (a package is its `__init__.py`)."""
+    return {_module_name(path): path for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def import_graph(package: str) -> dict[str, dict[str, int]]:
+    """module -> {module of the same package it imports: the first line that does}, lazy imports included.
+
+    `from X import a` depends on `X.a` when that is a module (a submodule imported by name), else on `X`;
+    `import X.Y` depends on `X.Y`. The package `__init__`s Python runs on the way are not counted: a module
+    that imports `posenc.port.checks` depends on `checks`, not on everything `posenc/port/__init__.py` imports."""
+    modules = package_modules(package)
+    graph = {name: {} for name in modules}
+    for name, path in modules.items():
+        for line, target, names in import_statements(path):
+            found = [f"{target}.{n}" for n in names or () if f"{target}.{n}" in modules] or [target]
+            for module in found:
+                if module in modules and module != name:
+                    graph[name].setdefault(module, line)
+    return graph
+
+
+def import_cycles(graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted; an import cycle."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in graph[node]:
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def _cycle_text(graph, cycle):
+    return "  " + ", ".join(f"{a} -> {b} (line {graph[a][b]})" for a in cycle for b in sorted(graph[a]) if b in cycle)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle_inside_a_package(package):
+    """No set of modules of one package imports each other around a circle, lazily or not: each package's
+    modules can be ordered so that every import points to an earlier one (docs/architecture.md)."""
+    if not (ROOT / package).is_dir():
+        pytest.skip(f"{package} is not in this checkout")
+    graph = import_graph(package)
+    cycles = import_cycles(graph)
+    assert not cycles, f"import cycles in {package}:\n" + "\n".join(_cycle_text(graph, c) for c in cycles)
+
+
+def private_imports(package: str = "posenc") -> list[str]:
+    """`from MODULE import _name` in `package` where MODULE is any module of this repository and `_name` is
+    not itself a module: a private name used as another module's API."""
+    repository = {name for pkg in PACKAGES if (ROOT / pkg).is_dir() for name in package_modules(pkg)}
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for line, module, names in import_statements(path):
+            if module is None or module not in repository:
+                continue
+            for name in names or ():
+                if name.startswith("_") and not name.startswith("__") and f"{module}.{name}" not in repository:
+                    found.append(f"{path.relative_to(ROOT)}:{line}: from {module} import {name}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules_of_the_application():
+    """Inside `posenc/`, what another module uses is public (no underscore). The spec's private modules
+    `posenc_np._dtypes`, `_validate`, `_modules` (the interface the backends and the application share,
+    docs/architecture.md) may be imported; a private name from any module may not."""
+    found = private_imports("posenc")
+    assert not found, "private names imported across modules (make them public):\n" + "\n".join(found)
+
+
+def test_the_cycle_and_private_name_checks_catch_a_planted_case(tmp_path, monkeypatch):
+    """A cycle closed by a function-local relative import, a submodule imported by name, and a private name
+    imported from a sibling are each caught; a chain that points one way is not a cycle."""
+    package = tmp_path / "posenc"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from . import a\n")
+    (package / "sub" / "a.py").write_text("from .b import public\n")
+    (package / "sub" / "b.py").write_text("def public():\n    from ..c import _helper\n    return _helper\n")
+    (package / "c.py").write_text("from .sub import a\n\ndef _helper():\n    pass\n")
+    (package / "d.py").write_text("from .sub import b\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    graph = import_graph("posenc")
+    assert import_cycles(graph) == [["posenc.c", "posenc.sub.a", "posenc.sub.b"]]
+    assert graph["posenc.c"] == {"posenc.sub.a": 1} and graph["posenc.d"] == {"posenc.sub.b": 1}
+    assert private_imports("posenc") == ["posenc/sub/b.py:2: from posenc.c import _helper"]
