@@ -15,7 +15,7 @@ import numpy as np
 
 from posenc_np.testing import Tolerance, compare
 
-from .precision import float32_tolerance, rope_kwargs, spec_rotation
+from .precision import class_tolerance, rope_kwargs, spec_rotation
 
 __all__ = ["Diagnosis", "diagnose", "DIAGNOSES"]
 
@@ -187,7 +187,8 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         if variant.shape == desired.shape and _equals(actual, variant, tol):
             return Diagnosis(name, sentence)
     if rope:
-        loose = float32_tolerance(desired, dtype, args[0], args[1], kwargs, factor=ANGLE_PRECISION_FACTOR)
+        loose = class_tolerance("float32", desired, dtype, args[0], args[1], kwargs,
+                                angle_factor=ANGLE_PRECISION_FACTOR)
         if loose.atol > tol.atol and _equals(actual, desired, loose):
             return Diagnosis("angle-precision", "your outputs are within a float32-angle bound "
                                                 f"({loose.atol:.3g}) of the spec: angles formed in a lower "

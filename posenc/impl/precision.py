@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from posenc_np._dtypes import dtype_name
-from posenc_np.testing import EPS32, Tolerance, tolerance
+from posenc_np.testing import EPS32, ROPE_ANGLE_GOAL, Tolerance
 
-__all__ = ["Rotation", "spec_rotation", "class_tolerance", "table_tolerance", "float32_tolerance", "max_angle",
+__all__ = ["Rotation", "spec_rotation", "class_tolerance", "class_angle_error", "rounding_bound", "max_angle",
            "AngleError", "angle_error", "UNIT_ROUNDOFF", "ANGLE_PAIR_FLOOR"]
 
 #: Unit roundoff (half an ulp at 1, relative) of round-to-nearest in each dtype.
@@ -89,47 +89,63 @@ def max_angle(positions, kwargs, x_shape) -> float:
     return float(np.abs(positions).max()) * float(np.max(turns)) * 2 * math.pi
 
 
-def float32_tolerance(desired, dtype, x, positions, kwargs, *, factor: float = 1.0) -> Tolerance:
-    """The `"float32"` class: the policy's float32 angle term `2 eps32 |t|max` (x `factor`) instead of the
-    RoPE goal, with the policy's final rounding for half precision."""
-    scale = float(np.abs(np.asarray(desired, np.float64)).max()) if np.size(desired) else 1.0
-    return tolerance(dtype, max_angle=factor * max_angle(positions, kwargs, np.shape(x)), scale=scale)
+def class_angle_error(angles: str, t_max: float) -> float:
+    """`"float64"`: posenc's goal `ROPE_ANGLE_GOAL` at any position; `"float32"`: the policy's float32 angle
+    term `2 eps32 t_max` (a float32 product `p * inv_freq` errs by <= 1.5 eps32 t); `"table"`: 0 (posenc
+    built the tables)."""
+    if angles == "float64":
+        return ROPE_ANGLE_GOAL
+    if angles == "float32":
+        return 2.0 * EPS32 * t_max
+    if angles == "table":
+        return 0.0
+    raise ValueError(f"angles={angles!r} is not one of 'float64', 'float32', 'table'")
 
 
-def table_tolerance(desired, dtype, x, positions, kwargs) -> Tolerance:
-    """The `"table"` class: posenc's float64 tables cast to the inputs' dtype, applied as transformers does.
+def rounding_bound(desired, dtype, x, rot: Rotation) -> float:
+    """The largest error of applying the spec's tables in `dtype` the way transformers does.
 
-    In a dtype of unit roundoff u, output `y_a = a c - b d` (and `y_b = a d + b c`) is formed from a
-    rounded `c~ = c (1 + e1)`, `d~`, two rounded products and a rounded sum, so
-    `|y~_a - y_a| <= (2u + u^2)(1 + u)(|a c| + |b d|) + u |y_a|` (docs/tolerances.md derives it). The
-    atol is the largest of these bounds over the elements, plus the policy's 8 float32 ulps x scale.
+    In a dtype of unit roundoff u, `y_a = a c - b d` (and `y_b = a d + b c`) is formed from rounded
+    `c~ = c (1 + e1)`, `d~`, two rounded products and a rounded sum, so
+    `|y~_a - y_a| <= (2u + u^2)(1 + u)(|a c| + |b d|) + u |y_a|` (docs/tolerances.md derives it); this is
+    the largest of these bounds over the elements. float64: the policy's 1e-12 x scale.
     """
     name = dtype_name(dtype)
     desired = np.asarray(desired, np.float64)
-    scale = float(np.abs(desired).max()) if desired.size else 1.0
     if name == "float64":
-        return tolerance("float64", scale=scale)
+        return 1e-12 * (float(np.abs(desired).max()) if desired.size else 1.0)
     x = np.asarray(x, np.float64)
-    rot = spec_rotation(x.shape, positions, kwargs)
     a, b = x[..., rot.first], x[..., rot.second]
     u = UNIT_ROUNDOFF[name]
     k = (2 * u + u * u) * (1 + u)
     bound_a = k * (np.abs(a * rot.c) + np.abs(b * rot.d)) + u * np.abs(desired[..., rot.first])
     bound_b = k * (np.abs(a * rot.d) + np.abs(b * rot.c)) + u * np.abs(desired[..., rot.second])
-    worst = float(max(bound_a.max(), bound_b.max())) if bound_a.size else 0.0
-    slack = 8 * EPS32 * scale
-    return Tolerance(worst + slack, f"table class: cos/sin rounded to {name}, two products and a sum "
-                                    f"(u=2^{int(math.log2(u))}: max (2u+u^2)(1+u)(|a c|+|b s|) + u|y| "
-                                    f"= {worst:.3g}) + float32 8 ulp x scale {scale:.3g}")
+    return float(max(bound_a.max(), bound_b.max())) if bound_a.size else 0.0
 
 
-def class_tolerance(angles, case_tol, desired, dtype, x, positions, kwargs) -> Tolerance:
-    """The tolerance of an `apply_rope` record for an implementation of precision class `angles`."""
-    if angles == "float64":
-        return case_tol
-    if angles == "float32":
-        return float32_tolerance(desired, dtype, x, positions, kwargs)
-    return table_tolerance(desired, dtype, x, positions, kwargs)
+def class_tolerance(angles, desired, dtype, x, positions, kwargs, *, angle_factor: float = 1.0) -> Tolerance:
+    """The tolerance of an `apply_rope` record of an implementation of precision class `angles`.
+
+    `atol = angle error x max pair norm + rounding_bound + 8 float32 ulps x scale`: an angle error of e
+    radians moves a rotated pair of norm N by at most e N; the rounding bound covers tables applied in the
+    inputs' dtype (bfloat16 / float16: cos, sin, two products and a sum rounded); the slack is the policy's.
+    `angle_factor` multiplies the angle error (the diagnosis's looser float32 bound).
+    """
+    name = dtype_name(dtype)
+    desired = np.asarray(desired, np.float64)
+    scale = float(np.abs(desired).max()) if desired.size else 1.0
+    rot = spec_rotation(np.shape(x), positions, kwargs)
+    pair_norm = float(np.hypot(desired[..., rot.first], desired[..., rot.second]).max()) if rot.c.size else 0.0
+    t_max = max_angle(positions, kwargs, np.shape(x))
+    angle = angle_factor * class_angle_error(angles, t_max)
+    rounding = rounding_bound(desired, dtype, x, rot)
+    slack = 0.0 if name == "float64" else 8 * EPS32 * scale
+    why = (f"{angles} angles: {angle:.3g} rad x pair norm {pair_norm:.3g}"
+           + (f" (t_max {t_max:.3g})" if angles == "float32" else "")
+           + (f" + tables applied in {name}: cos, sin, 2 products, a sum rounded (u=2^{int(math.log2(UNIT_ROUNDOFF[name]))}"
+              f"): {rounding:.3g}" if name != "float64" else f" + float64 {rounding:.3g}")
+           + (f" + float32 8 ulp x scale {scale:.3g}" if slack else ""))
+    return Tolerance(angle * pair_norm + rounding + slack, why)
 
 
 @dataclass(frozen=True)

@@ -6,41 +6,48 @@ import numpy as np
 
 from ..adapters import NotSupported, adapter
 
-__all__ = ["rotary_kernel_apply_rope", "hf_tables"]
+__all__ = ["rotary_kernel_apply_rope", "hf_tables", "hf_position_ids", "rotated_pair"]
+
+
+def hf_position_ids(positions, x_shape, *, axes: int | None = None):
+    """`(position_ids, unsqueeze_dim)`: transformers' `position_ids` `[batch, seq]` (`[axes, batch, seq]` for
+    multi-axis RoPE) for `x [batch, heads, seq, dim]` (`unsqueeze_dim=1`) or `[batch, seq, heads, dim]`
+    (`unsqueeze_dim=2`), from contract positions broadcasting against `x_shape[:-1]`.
+
+    Raises NotSupported for `x` that is not 4-D and for positions that vary over the heads axis.
+    """
+    positions = np.asarray(positions)
+    if len(x_shape) != 4:
+        raise NotSupported(f"transformers' rotary functions take 4-D q/k; x has shape {list(x_shape)}")
+    per_axis = positions if axes is not None else positions[None]
+    lead = per_axis.shape[1:]
+    if len(lead) > 3:
+        raise NotSupported(f"positions of shape {list(positions.shape)} have no [batch, seq] form")
+    lead = (1,) * (3 - len(lead)) + tuple(lead)
+    per_axis = per_axis.reshape((per_axis.shape[0],) + lead)
+    if lead[1] == 1:  # [b|1, 1, seq]: heads on axis 1
+        unsqueeze_dim, ids = 1, per_axis[:, :, 0, :]
+        shape = (x_shape[0], x_shape[2])
+    elif lead[2] == 1:  # [b|1, seq, 1]: heads on axis 2
+        unsqueeze_dim, ids = 2, per_axis[:, :, :, 0]
+        shape = (x_shape[0], x_shape[1])
+    else:
+        raise NotSupported(f"positions of shape {list(positions.shape)} vary over the heads axis of x "
+                           f"{list(x_shape)}: transformers' [batch, seq] position_ids cannot express them")
+    ids = np.ascontiguousarray(np.broadcast_to(ids, (ids.shape[0], *shape)))
+    return (ids if axes is not None else ids[0]), unsqueeze_dim
 
 
 def hf_tables(positions, x_shape, rotary_dim, **rope_kwargs):
-    """`(cos, sin, unsqueeze_dim)`: float64 `[batch, seq, rotary_dim]` tables of `posenc_np.rope_cos_sin` for
-    `x [batch, heads, seq, dim]` (`unsqueeze_dim=1`) or `[batch, seq, heads, dim]` (`unsqueeze_dim=2`).
-
-    `positions` broadcast against `x_shape[:-1]` as in `apply_rope` (with the leading axis of a
-    multi-axis section); positions that vary over the heads axis have no such table (NotSupported).
-    """
+    """`(cos, sin, unsqueeze_dim)`: float64 `[batch, seq, rotary_dim]` tables of `posenc_np.rope_cos_sin`
+    (attention factor folded in) for the positions of `hf_position_ids`."""
     from posenc_np import rope_cos_sin
 
-    if len(x_shape) != 4:
-        raise NotSupported(f"a rotary kernel takes 4-D q/k; x has shape {list(x_shape)}")
-    cos, sin = rope_cos_sin(positions, rotary_dim, **rope_kwargs)
-    lead = cos.shape[:-1]
-    if len(lead) > 3:
-        raise NotSupported(f"positions of shape {list(np.shape(positions))} have no [batch, seq] table")
-    lead = (1,) * (3 - len(lead)) + lead
-    batch = x_shape[0]
-    if lead[1] == 1:  # [b|1, 1, seq]: heads on axis 1
-        unsqueeze_dim, rows = 1, (lead[0], lead[2])
-        seq = x_shape[2]
-    elif lead[2] == 1:  # [b|1, seq, 1]: heads on axis 2
-        unsqueeze_dim, rows = 2, (lead[0], lead[1])
-        seq = x_shape[1]
-    else:
-        raise NotSupported(f"positions of shape {list(np.shape(positions))} vary over the heads axis of "
-                           f"x {list(x_shape)}: a [batch, seq] table cannot express them")
-    shape = (batch, seq, rotary_dim)
-
-    def table(t):
-        return np.ascontiguousarray(np.broadcast_to(t.reshape(*rows, rotary_dim), shape))
-
-    return table(cos), table(sin), unsqueeze_dim
+    section = rope_kwargs.get("mrope_section")
+    axes = None if section is None else (int(section) if np.isscalar(section) else len(section))
+    ids, unsqueeze_dim = hf_position_ids(positions, x_shape, axes=axes)
+    cos, sin = rope_cos_sin(ids, rotary_dim, **rope_kwargs)
+    return cos, sin, unsqueeze_dim
 
 
 def rotary_kernel_apply_rope(fn, *, framework: str, layout: str):
@@ -60,14 +67,23 @@ def rotary_kernel_apply_rope(fn, *, framework: str, layout: str):
                                             scaling=scaling, layout=layout, mrope_section=mrope_section,
                                             mrope_interleaved=mrope_interleaved,
                                             mrope_frequencies=mrope_frequencies)
-        q = x if r == x_np.shape[-1] else x[..., :r]
-        k = ad.from_numpy(np.flip(x_np[..., :r], axis=unsqueeze_dim).copy())
         cos_t, sin_t = (ad.from_numpy(t.astype(x_np.dtype)) for t in (cos, sin))
-        q_embed, k_embed = fn(q, k, cos_t, sin_t, unsqueeze_dim=unsqueeze_dim)
-        rest = x_np[..., r:]
-        q_out = np.concatenate([np.asarray(ad.to_numpy(q_embed)), rest], axis=-1)
-        k_out = np.concatenate([np.flip(np.asarray(ad.to_numpy(k_embed)), axis=unsqueeze_dim), rest], axis=-1)
-        return ad.from_numpy(q_out), ad.from_numpy(k_out)
+        return rotated_pair(ad, x, x_np, r, unsqueeze_dim,
+                            lambda q, k: fn(q, k, cos_t, sin_t, unsqueeze_dim=unsqueeze_dim))
 
     apply_rope.__qualname__ = f"from_rotary_kernel({getattr(fn, '__qualname__', fn)!s})"
     return apply_rope
+
+
+def rotated_pair(ad, x, x_np, rotary_dim, heads_axis, rotate):
+    """`(q_out, k_out)` of `rotate(q, k) -> (q_embed, k_embed)` with `q = x[..., :rotary_dim]` and `k` the same
+    channels with the heads (`heads_axis`) reversed; the pass-through channels are concatenated back (as
+    transformers' models do around `apply_rotary_pos_emb`) and `k`'s heads put back in order, so both must
+    equal the spec's `apply_rope(x)`."""
+    q = x if rotary_dim == x_np.shape[-1] else x[..., :rotary_dim]
+    k = ad.from_numpy(np.flip(x_np[..., :rotary_dim], axis=heads_axis).copy())
+    q_embed, k_embed = rotate(q, k)
+    rest = x_np[..., rotary_dim:]
+    q_out = np.concatenate([np.asarray(ad.to_numpy(q_embed)), rest], axis=-1)
+    k_out = np.concatenate([np.flip(np.asarray(ad.to_numpy(k_embed)), axis=heads_axis), rest], axis=-1)
+    return ad.from_numpy(q_out), ad.from_numpy(k_out)

@@ -1,0 +1,185 @@
+"""Hugging Face transformers (checked on transformers 5.24 with torch 2.13): the code its modeling files run.
+
+* `apply_rope`: a rotary class built from a config whose `rope_parameters` carry the case's base and
+  scaling (`ROPE_INIT_FUNCTIONS`: linear, dynamic, yarn, llama3, longrope, with their dynamic updates)
+  and `head_dim = rotary_dim` (transformers' `partial_rotary_factor` gives the same width and
+  frequencies; models slice q/k to it and concatenate the rest back, as done here), then the modeling
+  file's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)`:
+  layout "half" -> `LlamaRotaryEmbedding` + models/llama `apply_rotary_pos_emb` (`rotate_half`);
+  "interleaved" -> `CohereRotaryEmbedding` (`repeat_interleave`) + models/cohere `apply_rotary_pos_emb`
+  (pairs (2j, 2j+1), computed in float32); multi-axis with shared frequencies and three axes ->
+  `Qwen2VLRotaryEmbedding` (contiguous sections) or `Qwen3VLTextRotaryEmbedding` (interleaved), half
+  layout. `q = x`, `k = x` with its heads reversed: both outputs are checked. Positions come as
+  `position_ids [batch, seq]` (`[3, batch, seq]`); 4-D x only.
+* `alibi_bias` (form "bloom"): models/bloom `build_alibi_tensor(attention_mask, num_heads, dtype)`, the
+  mask recovered from the key positions `(cumsum(mask) - 1) * mask` (key positions 0..k-1, left padding).
+* `t5_bucket`: models/t5 `T5Attention._relative_position_bucket`; `t5_bias`: `T5Attention.compute_bias`
+  with the case's table as `relative_attention_bias` (keys 0..k-1, queries past..past+q-1).
+
+Precision class "float32": the rotary classes form `position_ids.float() @ inv_freq` in float32 and cast
+cos/sin to the inputs' dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...adapters import NotSupported, adapter
+from ..implementation import Implementation, ImplementationUnavailable
+from ..rotary_kernel import hf_position_ids, rotated_pair
+
+DISTRIBUTION = "transformers"
+
+#: posenc scaling types transformers' ROPE_INIT_FUNCTIONS compute (the others are other runtimes' variants)
+HF_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
+#: max_position_embeddings when the scaling does not fix it: larger than every case's position
+_LONG = 2**21
+
+
+def _torch():
+    try:
+        import torch
+        import transformers
+    except ImportError as error:
+        raise ImplementationUnavailable(f"--impl transformers: {error}") from error
+    return torch, transformers
+
+
+def rope_config(rotary_dim, base, scaling, *, mrope_section=None):
+    """A `LlamaConfig` whose rotary classes compute the contract's `(rotary_dim, base, scaling)`."""
+    from transformers import LlamaConfig
+
+    params = {"rope_type": "default"} if scaling is None else dict(scaling)
+    kind = params.pop("type", None) or params.get("rope_type")
+    params["rope_type"] = kind
+    if kind != "default" and kind not in HF_ROPE_TYPES:
+        raise NotSupported(f"scaling rope_type {kind!r} is not one of transformers' ({', '.join(HF_ROPE_TYPES)})")
+    original = params.get("original_max_position_embeddings")
+    if kind == "dynamic":  # transformers' dynamic NTK reads the original length from max_position_embeddings
+        max_positions = params.pop("original_max_position_embeddings", None) or _LONG
+    elif original is not None and "factor" in params:
+        max_positions = int(original * params["factor"])
+    else:
+        max_positions = _LONG
+    if mrope_section is not None:
+        params["mrope_section"] = list(mrope_section)
+    params["rope_theta"] = float(base)
+    return LlamaConfig(hidden_size=rotary_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=rotary_dim,
+                       max_position_embeddings=max_positions, rope_parameters=params)
+
+
+def _rotary(layout, axes, interleaved_sections):
+    """`(rotary class, apply_rotary_pos_emb)` of the modeling file for a layout / multi-axis form."""
+    if axes is None:
+        if layout == "half":
+            from transformers.models.llama import modeling_llama as m
+
+            return m.LlamaRotaryEmbedding, m.apply_rotary_pos_emb
+        from transformers.models.cohere import modeling_cohere as m
+
+        return m.CohereRotaryEmbedding, m.apply_rotary_pos_emb
+    if layout != "half":
+        raise NotSupported("transformers' multi-axis rotary classes (Qwen2-VL, Qwen3-VL) use the half layout")
+    if interleaved_sections:
+        from transformers.models.qwen3_vl import modeling_qwen3_vl as m
+
+        return m.Qwen3VLTextRotaryEmbedding, m.apply_rotary_pos_emb
+    from transformers.models.qwen2_vl import modeling_qwen2_vl as m
+
+    return m.Qwen2VLRotaryEmbedding, m.apply_rotary_pos_emb
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """The contract's `apply_rope` through transformers' rotary class and `apply_rotary_pos_emb`."""
+    from posenc_np.rope import resolve_rotary_dim
+
+    torch, _ = _torch()
+    ad = adapter("torch")
+    x_np = np.asarray(ad.to_numpy(x))
+    r = resolve_rotary_dim(x_np.shape[-1], rotary_dim, rotary_pct)
+    axes = None
+    if mrope_section is not None:
+        if np.isscalar(mrope_section) or len(mrope_section) != 3 or mrope_frequencies != "shared":
+            raise NotSupported("transformers' text M-RoPE classes take a 3-axis mrope_section with shared "
+                               f"frequencies; got mrope_section={mrope_section!r}, "
+                               f"mrope_frequencies={mrope_frequencies!r}")
+        axes = 3
+    ids, unsqueeze_dim = hf_position_ids(np.asarray(ad.to_numpy(positions)), x_np.shape, axes=axes)
+    rotary_class, apply = _rotary(layout, axes, bool(mrope_interleaved))
+    rotary = rotary_class(rope_config(r, base, scaling, mrope_section=mrope_section))
+    cos, sin = rotary(x[..., :r], torch.from_numpy(ids))
+    if cos.shape[-1] != r:
+        raise NotSupported(f"{rotary_class.__name__} built tables of width {cos.shape[-1]}, not rotary_dim={r}")
+    return rotated_pair(ad, x, x_np, r, unsqueeze_dim, lambda q, k: apply(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim))
+
+
+def _bloom_mask(k_positions: np.ndarray) -> np.ndarray:
+    """The attention mask whose `(cumsum(mask) - 1) * mask` is `k_positions` `[batch, k]` (NotSupported if none)."""
+    mask = (k_positions > 0).astype(np.int64)
+    for row, p in zip(mask, k_positions):
+        first = np.flatnonzero(p > 0)
+        row[(first[0] - 1) if first.size and first[0] > 0 else (0 if not first.size else first[0])] = 1
+    if not np.array_equal((np.cumsum(mask, axis=-1) - 1) * mask, k_positions):
+        raise NotSupported("BLOOM's build_alibi_tensor derives key positions from an attention mask, "
+                           "(cumsum(mask) - 1) * mask; these key positions are not of that form")
+    return mask
+
+
+def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+    """The contract's `alibi_bias` (form "bloom") through BLOOM's `build_alibi_tensor`."""
+    torch, _ = _torch()
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    if form != "bloom":
+        raise NotSupported(f"BLOOM's build_alibi_tensor computes form='bloom' (m_h * key position), not {form!r}")
+    ad = adapter("torch")
+    q = np.asarray(ad.to_numpy(q_positions))
+    k = np.asarray(ad.to_numpy(k_positions))
+    batched = k.ndim > 1
+    keys = k.reshape(-1, k.shape[-1]) if batched else k[None]
+    mask = torch.from_numpy(_bloom_mask(keys.astype(np.int64)))
+    out = build_alibi_tensor(mask, int(num_heads), ad.dtype(dtype or "float32"))
+    out = out.reshape(keys.shape[0], int(num_heads), 1, keys.shape[-1]).expand(-1, -1, q.shape[-1], -1)
+    return out if batched else out[0]
+
+
+def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_distance=128):
+    """The contract's `t5_bucket` through `T5Attention._relative_position_bucket`."""
+    _torch()
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    return T5Attention._relative_position_bucket(relative_position, bidirectional=bidirectional,
+                                                 num_buckets=num_buckets, max_distance=max_distance)
+
+
+def t5_bias(table, q_positions, k_positions, *, bidirectional=True, num_buckets=32, max_distance=128):
+    """The contract's `t5_bias` through `T5Attention.compute_bias` holding `table` as its bias embedding."""
+    torch, _ = _torch()
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    ad = adapter("torch")
+    q = np.asarray(ad.to_numpy(q_positions))
+    k = np.asarray(ad.to_numpy(k_positions))
+    if q.ndim != 1 or k.ndim != 1 or not np.array_equal(k, np.arange(k.size)) or \
+            not np.array_equal(q, q[0] + np.arange(q.size)):
+        raise NotSupported("T5Attention.compute_bias takes keys 0..k-1 and consecutive queries from an offset; "
+                           f"got query positions {q.shape} and key positions {k.shape} of another form")
+    heads = table.shape[1]
+    config = T5Config(num_heads=heads, d_model=heads, d_kv=1, is_decoder=not bidirectional,
+                      relative_attention_num_buckets=num_buckets, relative_attention_max_distance=max_distance)
+    attention = T5Attention(config, has_relative_attention_bias=True)
+    with torch.no_grad():
+        attention.relative_attention_bias.weight = torch.nn.Parameter(table, requires_grad=False)
+        return attention.compute_bias(q.size, k.size, past_seen_tokens=int(q[0]))[0]
+
+
+def load() -> Implementation:
+    torch, transformers = _torch()
+    return Implementation("transformers", "torch",
+                          {"apply_rope": apply_rope, "alibi_bias": alibi_bias, "t5_bucket": t5_bucket,
+                           "t5_bias": t5_bias},
+                          version=transformers.__version__, angles="float32",
+                          description="rotary classes + apply_rotary_pos_emb (llama, cohere, qwen2-vl, qwen3-vl), "
+                                      "BLOOM build_alibi_tensor, T5 buckets and compute_bias")
