@@ -277,6 +277,7 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise UsageError(f"the preset has no name for SOURCE tensor(s) {shown}: not the checkpoint layout it "
                          "converts (use conversion options, with --drop for tensors to leave out)")
+    _permute_qk_norms(entries, rules)
     for name, array in rules.generated:
         array = np.ascontiguousarray(array)
         entries.append(Entry(name, None, array.shape, _dtype_of(array), [], {"generated": array, "role": None}))
@@ -286,6 +287,35 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
             raise UsageError(f"two source tensors map to {entry.target!r}: {seen[entry.target]!r} and {entry.source!r}")
         seen[entry.target] = entry.source
     return entries
+
+
+def _permute_qk_norms(entries, rules):
+    """The per-channel q/k norms beside permuted q/k projections get the same permutation: `X.q_norm.weight`
+    beside `X.q_proj.weight` (Gemma 3, Qwen3: `[head_dim]`, applied per head; OLMo 2: `[heads * head_dim]`,
+    applied to the whole projection). RMSNorm's statistic does not depend on the channel order, so the
+    permuted weight keeps each channel's scale on the channel it scaled; without it the norm would scale
+    rotated pairs with another pair's weights."""
+    by_source = {e.source: e for e in entries if e.source is not None}
+    for entry in list(entries):
+        rope = [op for op in entry.ops if op.kind == "rope"]
+        if entry.tags.get("role") not in ("q", "k") or not rope or entry.source is None:
+            continue
+        prefix, _, leaf = entry.source.rpartition(".")
+        module = prefix.rpartition(".")[0]
+        norm = by_source.get(f"{module}.{entry.tags['role']}_norm.{leaf}") if module else None
+        if norm is None or any(op.kind == "rope" for op in norm.ops):
+            continue
+        heads, source, target, rotary_dim = rope[0].params
+        head_dim = entry.tags["head_dim"]
+        if norm.shape == (head_dim,):
+            count = 1
+        elif norm.shape == (heads * head_dim,):
+            count = heads
+        else:
+            raise UsageError(f"{norm.source!r} (shape {norm.shape}) beside the permuted {entry.source!r}: neither one "
+                             f"head ({head_dim}) nor {heads} heads ({heads * head_dim}) of channels")
+        norm.ops.append(Op("rope", (count, source, target, rotary_dim)))
+        norm.tags.update(role=f"{entry.tags['role']}_norm", key=entry.tags["key"])
 
 
 def _dtype_of(array):
