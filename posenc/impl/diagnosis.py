@@ -193,4 +193,32 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
             return Diagnosis("angle-precision", "your outputs are within a float32-angle bound "
                                                 f"({loose.atol:.3g}) of the spec: angles formed in a lower "
                                                 "precision, the error grows with the position")
-    return Diagnosis("unknown", "your outputs match none of the known mismatches")
+    found = _angles_in_dtype(actual, desired, tol, encoding=encoding, args=args, kwargs=kwargs, dtype=dtype)
+    return found or Diagnosis("unknown", "your outputs match none of the known mismatches")
+
+
+def _angles_in_dtype(actual, desired, tol, *, encoding, args, kwargs, dtype) -> Diagnosis | None:
+    """`angle-precision` for angles formed in a half-precision dtype: the output is within
+    `scale (4 u t_max + 2 u)` of the spec (position, frequency and product each rounded, then the result),
+    judged only while that angle allowance `4 u t_max` stays under 1 rad (past it any bounded output would
+    match)."""
+    from posenc_np._dtypes import dtype_name
+
+    from .precision import UNIT_ROUNDOFF, max_angle
+
+    name = dtype_name(dtype)
+    if name not in ("bfloat16", "float16") or encoding not in ("apply_rope", "sinusoidal"):
+        return None
+    positions = np.asarray(args[1] if encoding == "apply_rope" else args[0], np.float64)
+    t_max = (max_angle(positions, kwargs, np.shape(args[0])) if encoding == "apply_rope"
+             else float(np.abs(positions).max()) if positions.size else 0.0)  # sinusoid: w_0 = 1
+    u = UNIT_ROUNDOFF[name]
+    if not 0 < 4 * u * t_max <= 1.0:
+        return None
+    scale = float(np.abs(desired).max()) if desired.size else 1.0
+    loose = Tolerance(scale * (4 * u * t_max + 2 * u), f"angles formed in {name}")
+    if loose.atol > tol.atol and _equals(actual, desired, loose):
+        return Diagnosis("angle-precision", f"your outputs are within {loose.atol:.3g} of the spec, the bound of "
+                                            f"angles formed in {name} (u=2^{int(np.log2(u))}, largest angle "
+                                            f"{t_max:.3g} rad): the positions or angles are rounded to {name}")
+    return None
