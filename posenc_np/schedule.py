@@ -75,6 +75,7 @@ INTERLEAVED_FAMILIES = {
     "glm4v_moe_text": "glm4v_moe/modeling_glm4v_moe.py (same as glm4v)",
     "glm_image_text": "glm_image/modeling_glm_image.py (same as glm4v)",
     "hy_v4_vl_text": "hy_v4_vl/modeling_hy_v4_vl.py apply_rotary_pos_emb ('glm rope style')",
+    "moonshine": "moonshine/modeling_moonshine.py apply_rotary_pos_emb (glm style)",
     "moonshine_streaming": "moonshine_streaming/modeling_moonshine_streaming.py apply_rotary_pos_emb (glm style)",
     "pe_audio_encoder": "pe_audio/modeling_pe_audio.py apply_rotary_pos_emb (pairs x.reshape(..., -1, 1, 2))",
     "pe_video_encoder": "pe_video/modeling_pe_video.py (same as pe_audio)",
@@ -155,6 +156,26 @@ LEGACY_ROPE_TYPES = {
     "phi3": {"su": "longrope", "yarn": "longrope"},
     "phi4_multimodal": {"su": "longrope", "yarn": "longrope"},
 }
+# Config attributes some families store under another key (each config class's `attribute_map`,
+# transformers 5.24): read through it as `config.<alias>` does.
+CONFIG_ATTRIBUTE_MAPS = {
+    "bailing_hybrid": {"max_position_embeddings": "model_max_length"},
+    "bamba": {"layer_types": "layers_block_type"},
+    "codegen": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head",
+                "num_hidden_layers": "n_layer"},
+    "dbrx": {"num_attention_heads": "n_heads", "hidden_size": "d_model", "num_hidden_layers": "n_layers",
+             "max_position_embeddings": "max_seq_len"},
+    "falcon_h1": {"layer_types": "layers_block_type"},
+    "glm4_moe_lite": {"head_dim": "qk_rope_head_dim"},
+    "gptj": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head",
+             "num_hidden_layers": "n_layer"},
+    "jetmoe": {"head_dim": "kv_channels"},
+    "kimi_linear": {"max_position_embeddings": "model_max_length"},
+    "moonshine": {"num_attention_heads": "decoder_num_attention_heads",
+                  "num_hidden_layers": "decoder_num_hidden_layers"},
+    "recurrent_gemma": {"layer_types": "layers_block_type"},
+    "zamba2": {"layer_types": "layers_block_type", "head_dim": "attention_head_dim"},
+}
 # Keys of the multimodal configs that hold the decoder's settings (first match wins).
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention")
@@ -180,16 +201,20 @@ def _has_positions(cfg: dict) -> bool:
 
 def _decoder_config(cfg: dict) -> dict:
     """The config that holds the decoder's positions: the top level, else the first of `TEXT_CONFIG_KEYS`
-    with position keys (a nested config without `model_type` takes the parent's)."""
-    if _has_positions(cfg):
-        return cfg
-    for key in TEXT_CONFIG_KEYS:
-        sub = cfg.get(key)
-        if isinstance(sub, Mapping) and _has_positions(sub):
-            sub = dict(sub)
-            if sub.get("model_type") is None:
-                sub["model_type"] = cfg.get("model_type")
-            return sub
+    with position keys (a nested config without `model_type` takes the parent's); the family's
+    `CONFIG_ATTRIBUTE_MAPS` aliases filled in."""
+    if not _has_positions(cfg):
+        for key in TEXT_CONFIG_KEYS:
+            sub = cfg.get(key)
+            if isinstance(sub, Mapping) and _has_positions(sub):
+                sub = dict(sub)
+                if sub.get("model_type") is None:
+                    sub["model_type"] = cfg.get("model_type")
+                cfg = sub
+                break
+    for alias, source in CONFIG_ATTRIBUTE_MAPS.get(cfg.get("model_type"), {}).items():
+        if cfg.get(alias) is None and cfg.get(source) is not None:
+            cfg = {**cfg, alias: cfg[source]}
     return cfg
 
 

@@ -291,11 +291,127 @@ def sweep():
     return {mt: check_model_type(mt) for mt in model_types()}
 
 
+# Families whose config class maps the transformers-4 "type": "mrope" to default frequencies
+# (configuration_qwen2_vl.py / configuration_qwen2_5_vl.py convert_rope_params_to_dict).
+_V4_MROPE_TYPE = ("qwen2_vl", "qwen2_5_vl")
+
+
+def _v4_scaling(params, model_type):
+    """A flat v5 dict without its base as a transformers-4 `rope_scaling` (`type`, not `rope_type`), or None."""
+    params = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
+    kind = params.pop("rope_type", "default")
+    if kind == "default" and params.get("mrope_section") is not None and model_type.startswith(_V4_MROPE_TYPE):
+        kind = "mrope"
+    if kind == "default" and not params:
+        return None
+    return {"type": kind, **params}
+
+
+def _v4_pattern(model_type, types):
+    """`(key, period)` when the family's config class derives `types` from a period, else None."""
+    from posenc_np.schedule import V4_LAYER_PATTERNS
+
+    if model_type not in V4_LAYER_PATTERNS or not types:
+        return None
+    key, _, offset = V4_LAYER_PATTERNS[model_type]
+    for period in range(1, len(types) + 1):
+        if types == ["full_attention" if (i + offset) % period == 0 else "sliding_attention" for i in range(len(types))]:
+            return key, period
+    return None
+
+
+def v4_form(config):
+    """The config as a transformers-4 `config.json` holds it, or None when v4 had no form for it.
+
+    `rope_parameters` goes back to a top-level `rope_theta` (and `partial_rotary_factor`) plus a
+    `rope_scaling` dict with `"type"`; per-layer-type dicts go to the family's v4 keys
+    (`posenc_np.schedule.V4_LAYER_TYPE_KEYS`: Gemma 3 `rope_local_base_freq`, ModernBERT
+    `global_rope_theta` / `local_rope_theta`); `layer_types` goes to the period its config class derives
+    them from (`sliding_window_pattern`, `global_attn_every_n_layers`). transformers' own conversion
+    (`convert_rope_params_to_dict`) reads it back when `AutoConfig.for_model` builds the config."""
+    import copy
+
+    from posenc_np.schedule import V4_LAYER_TYPE_KEYS
+
+    d = copy.deepcopy(config.to_dict())
+    model_type = d.get("model_type") or ""
+    params = d.pop("rope_parameters", None)
+    if not params:
+        return None
+    labels = set(d.get("layer_types") or ()) | {"full_attention", "sliding_attention"}
+    nested = all(k in labels for k in params)
+    if nested:
+        if model_type not in V4_LAYER_TYPE_KEYS or set(params) != {"full_attention", "sliding_attention"}:
+            return None  # per-layer-type dicts exist only in v5 for this family
+        (full_key, _), (local_key, _), scaled = V4_LAYER_TYPE_KEYS[model_type]
+        full, local = params["full_attention"], params["sliding_attention"]
+        if full_key == local_key and full["rope_theta"] != local["rope_theta"]:
+            return None
+        scaling = _v4_scaling(full, model_type)
+        if _v4_scaling(local, model_type) != (scaling if "sliding_attention" in scaled else None):
+            return None  # a v4 rope_scaling cannot say it
+        d[full_key], d[local_key] = full["rope_theta"], local["rope_theta"]
+    elif "rope_theta" not in params:
+        return None
+    else:
+        d["rope_theta"] = params["rope_theta"]
+        if params.get("partial_rotary_factor") is not None:
+            d["partial_rotary_factor"] = params["partial_rotary_factor"]
+        scaling = _v4_scaling(params, model_type)
+    if scaling is not None:
+        d["rope_scaling"] = scaling
+    pattern = _v4_pattern(model_type, d.get("layer_types"))
+    if pattern is not None:
+        d.pop("layer_types")
+        d[pattern[0]] = pattern[1]
+    return d
+
+
+def check_model_type_v4(model_type):
+    """The v4 form of the model type's position config, read by the reader as a raw dict (inside its parent's
+    `text_config` for multimodal models), against the rotary module of the config transformers builds from it."""
+    import json
+
+    try:
+        config = _default_config(model_type)
+    except Exception as error:  # noqa: BLE001
+        return "skipped", f"transformers cannot build the default config: {type(error).__name__}"
+    text = _position_config(config)
+    if text is None:
+        return "no-positions", ""
+    shipped = v4_form(text)
+    if shipped is None:
+        return "no-v4-form", "per-layer-type rope_parameters exist only in transformers 5"
+    kwargs = {k: v for k, v in shipped.items() if k not in ("model_type", "transformers_version")}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mapping, _ = _transformers()
+            loaded = mapping[text.model_type](**kwargs)
+    except Exception as error:  # noqa: BLE001 - transformers does not accept this v4 form
+        return "skipped", f"transformers does not build the v4 form: {type(error).__name__}: {error}"[:300]
+    raw = json.loads(json.dumps(shipped))
+    if text is not config:  # a multimodal config: the decoder's v4 keys under the parent's text_config
+        parent = json.loads(json.dumps(config.to_dict()))
+        parent["text_config"] = raw
+        raw = parent
+    try:
+        schedule = pn.rope_schedule_from_hf_config(raw)
+    except ValueError as error:
+        return "refused", str(error)
+    return compare_schedule(schedule, loaded)
+
+
+def sweep_v4():
+    return {mt: check_model_type_v4(mt) for mt in model_types()}
+
+
 if __name__ == "__main__":
     import collections
     import sys
 
-    results = sweep()
+    results = sweep_v4() if "--v4" in sys.argv else sweep()
+    sys.argv = [a for a in sys.argv if a != "--v4"]
     counts = collections.Counter(status for status, _ in results.values())
     print(dict(counts))
     for mt, (status, detail) in results.items():
