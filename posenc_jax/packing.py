@@ -17,14 +17,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_np._validate import check_cu_seqlens_shape, check_float_dtype
-from posenc_np.packing import check_axis, check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args
-from posenc_np.packing import check_document_index
-from posenc_np.packing import check_total, cp_rank_order
-from posenc_np.packing import cp_indices as spec_cp_indices
+from posenc_np import packing as spec
+from posenc_np._validate import check_float_dtype
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 
-from ._common import is_tracing
+from ._common import TRACE, is_tracing, spec_constant
 from .rope import apply_rope
 
 __all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "document_bias", "cp_positions",
@@ -38,31 +35,21 @@ def _is_static_int(x) -> bool:
 def _cp_args(world_size, rank, strategy):
     """Validate; an array rank is checked for dtype only (its value is data)."""
     if _is_static_int(rank) or isinstance(rank, bool):
-        return check_cp_args(world_size, rank, strategy)
-    world_size, _ = check_cp_args(world_size, 0, strategy)
+        return spec.check_cp_args(world_size, rank, strategy)
     rank = jnp.asarray(rank)
-    if not jnp.issubdtype(rank.dtype, jnp.integer) or rank.ndim:
-        raise TypeError(f"rank must be an int or an integer scalar array, got {rank.dtype} shape {rank.shape}")
-    return world_size, rank
+    return spec.check_cp_rank_tensor(world_size, strategy, dtype=rank.dtype, shape=rank.shape,
+                                     is_integer=jnp.issubdtype(rank.dtype, jnp.integer)), rank
 
 
 def _cu(cu_seqlens):
     cu = jnp.asarray(cu_seqlens)
-    if not jnp.issubdtype(cu.dtype, jnp.integer):
-        raise TypeError(f"cu_seqlens must be a 1-D integer array, got dtype {cu.dtype}")
-    check_cu_seqlens_shape(cu.shape)  # the spec's ValueError: a shape is static, checked under jit too
-    if not is_tracing(cu):
-        check_cu_seqlens(np.asarray(cu))
+    spec.check_cu_seqlens_tensor(cu.shape, cu.dtype, is_integer=jnp.issubdtype(cu.dtype, jnp.integer),
+                                 values=None if is_tracing(cu) else np.asarray(cu))
     return cu
 
 
 def _total(cu, total) -> int:
-    if is_tracing(cu):
-        if total is None:
-            raise ValueError("total= (the packed row length, a Python int) is required under jax.jit: "
-                             "the output shape cannot depend on cu_seqlens' values")
-        return check_total(total, None)
-    return check_total(total, int(cu[-1]))
+    return spec.check_total(total, None if is_tracing(cu) else int(cu[-1]), where=TRACE)
 
 
 def _doc(cu, t):
@@ -78,8 +65,7 @@ def document_ids(cu_seqlens, *, total=None):
 
 def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None):
     """`[total]` positions restarting at `offset` per document; see `posenc_np.positions_from_cu_seqlens`."""
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
-        raise TypeError(f"offset={offset!r} must be an integer")
+    offset = spec.check_offset(offset)
     cu = _cu(cu_seqlens)
     t = jnp.arange(_total(cu, total), dtype=cu.dtype)
     return t - cu[_doc(cu, t)] + jnp.asarray(offset, cu.dtype)
@@ -117,7 +103,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
             raise ValueError(f"{name} must be an integer [{size}] array to match bias {bias.shape}, "
                              f"got {index.dtype} shape {index.shape}")
         if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
-            check_document_index(name, np.asarray(index), int(cu[-1]))
+            spec.check_document_index(name, np.asarray(index), int(cu[-1]))
         indices.append(index.astype(cu.dtype))
     q_idx, k_idx = indices
     keep = _doc(cu, q_idx)[:, None] == _doc(cu, k_idx)[None, :]
@@ -126,43 +112,42 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
     return jnp.where(keep, bias, jnp.asarray(-jnp.inf, bias.dtype))
 
 
-def _local(length, world_size, rank, strategy, i):
-    """Global index (inside one sequence of `length`, an array or int) of local token `i` of `rank`."""
-    if strategy == "contiguous":
-        return rank * (length // world_size) + i
-    if strategy == "striped":
-        return i * world_size + rank
-    c = length // (2 * world_size)
-    return i + c * jnp.where(i < c, rank, 2 * world_size - 2 - rank)
-
-
 def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
-    """`[seq_len // world_size]` int32 global positions of rank `rank`; see `posenc_np.cp_positions`."""
+    """`[seq_len // world_size]` int32 global positions of rank `rank`; see `posenc_np.cp_positions`.
+
+    An int rank gives the spec's positions as a constant; a traced rank computes them in the program.
+    """
     world_size, rank = _cp_args(world_size, rank, strategy)
-    seq_len = check_cp_divisible(seq_len, world_size, strategy)
+    seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
+    if _is_static_int(rank):
+        return spec_constant(("cp_positions", seq_len, world_size, int(rank), strategy), lambda: spec.cp_positions(
+            seq_len, world_size=world_size, rank=int(rank), strategy=strategy), dtype=jnp.int32)
     i = jnp.arange(seq_len // world_size, dtype=jnp.int32)
-    rank = jnp.asarray(rank, jnp.int32)
-    return _local(seq_len, world_size, rank, strategy, i)
+    return spec.cp_local_index(i, rank.astype(jnp.int32), length=seq_len, world_size=world_size, strategy=strategy,
+                               where=jnp.where)
 
 
 def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
-    """`[total // world_size]` packed-row indices rank `rank` holds (in-graph); see `posenc_np.cp_indices`."""
+    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`.
+
+    Concrete values with an int rank are the spec's; a traced `cu_seqlens` or rank computes them in the
+    program (`posenc_np.packing.cp_packed_index`, the same rule).
+    """
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
-    if not is_tracing(cu) and _is_static_int(rank):
-        spec_cp_indices(np.asarray(cu), world_size=world_size, rank=int(rank), strategy=strategy)  # validates
-    total = check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
-    local_cu = cu // world_size
+    if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes
+        index = spec.cp_indices(np.asarray(cu), world_size=world_size, rank=int(rank), strategy=strategy, total=total)
+        return jnp.asarray(index, dtype=cu.dtype)
+    total = spec.check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
     g = jnp.arange(total // world_size, dtype=cu.dtype)
-    doc = _doc(local_cu, g)
-    length = cu[doc + 1] - cu[doc]
-    return cu[doc] + _local(length, world_size, jnp.asarray(rank, cu.dtype), strategy, g - local_cu[doc])
+    return spec.cp_packed_index(cu, g, jnp.asarray(rank, cu.dtype), world_size=world_size, strategy=strategy,
+                                document_of=_doc, where=jnp.where)
 
 
 def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=None):
     """The part of `x` rank `rank` holds along `axis`; see `posenc_np.cp_shard`."""
     x = jnp.asarray(x)
-    axis = check_axis(axis, x.ndim)
+    axis = spec.check_axis(axis, x.ndim)
     world_size, rank = _cp_args(world_size, rank, strategy)
     if cu_seqlens is None:
         index = cp_positions(x.shape[axis], world_size=world_size, rank=rank, strategy=strategy)
@@ -174,18 +159,12 @@ def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=
 def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
     """Reassemble per-rank shards (ranks 0..W-1) into sequence order; see `posenc_np.cp_unshard`."""
     shards = [jnp.asarray(s) for s in shards]
-    if not shards:
-        raise ValueError("shards must hold one array per rank, got none")
-    if any(s.shape != shards[0].shape for s in shards):
-        raise ValueError(f"shards must all have the same shape, got {[s.shape for s in shards]}")
-    world_size = len(shards)
-    check_cp_args(world_size, 0, strategy)
-    axis = check_axis(axis, shards[0].ndim)
+    world_size, axis = spec.check_cp_shards([s.shape for s in shards], strategy, axis)
     joined = jnp.concatenate(shards, axis=axis)
     length = joined.shape[axis]
     if cu_seqlens is None:
         # the order depends on shapes only: a constant index
-        inverse = np.argsort(cp_rank_order(length, world_size, strategy))
+        inverse = np.argsort(spec.cp_rank_order(length, world_size, strategy))
     else:
         order = jnp.concatenate([cp_indices(cu_seqlens, world_size=world_size, rank=r, strategy=strategy,
                                             total=length) for r in range(world_size)])
@@ -199,7 +178,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
 
     Computed in float32 (half-precision keys are rotated in float32 and rounded once).
     """
-    check_rerotate_args(scaling, mrope_section)
+    spec.check_rerotate_args(scaling, mrope_section)
     k = jnp.asarray(k)
     check_float_dtype("k", k.dtype, jnp.issubdtype(k.dtype, jnp.floating))
     rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)

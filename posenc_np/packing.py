@@ -22,7 +22,10 @@ document 0, then of document 1, ...: for "zigzag" this is Transformer Engine's t
 world_size`.
 
 Position functions return int64 indices; `cp_shard`/`cp_unshard` gather along an axis, so backends
-are exact (no tolerance). RoPE, ALiBi and T5 are functions of the positions alone, so
+are exact (no tolerance). The index rules are written once, `cp_local_index` and `cp_packed_index`,
+against a library's `where` and gather: the backends take the spec's index arrays as constants where
+every input is static and run these same two functions in their graphs where one is data (a traced
+`cu_seqlens`, a rank tensor). RoPE, ALiBi and T5 are functions of the positions alone, so
 `cp_unshard([apply_rope(cp_shard(x, r), cp_positions(r)) for r]) == apply_rope(x, arange(seq_len))`
 for every strategy: that is what `posenc check --distributed` and the sharded-runtime tests check.
 """
@@ -33,18 +36,29 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._validate import (check_choice, check_cu_seqlens_shape, check_float_dtype, check_integer_positions,
-                        check_positive_int)
+from ._validate import (
+    check_choice,
+    check_cu_seqlens_shape,
+    check_float_dtype,
+    check_integer_positions,
+    check_positive_int,
+)
 
 __all__ = [
     "CP_STRATEGIES",
     "check_cu_seqlens",
+    "check_cu_seqlens_tensor",
     "check_cp_args",
+    "check_cp_rank_tensor",
+    "check_cp_shards",
     "check_cp_divisible",
     "check_total",
+    "check_offset",
     "check_rerotate_args",
     "check_axis",
     "cp_rank_order",
+    "cp_local_index",
+    "cp_packed_index",
     "document_ids",
     "positions_from_cu_seqlens",
     "document_mask",
@@ -74,6 +88,17 @@ def check_cu_seqlens(cu_seqlens, name="cu_seqlens") -> np.ndarray:
     return cu.astype(np.int64)
 
 
+def check_cu_seqlens_tensor(shape, dtype, *, is_integer, values=None) -> None:
+    """A backend's `cu_seqlens` tensor: an integer dtype (`is_integer`, the backend's own test; TypeError),
+    the `[num_docs + 1]` shape (checked under a trace too: a shape is static) and, when its values can be
+    read (`values`, NumPy; None under a trace), everything `check_cu_seqlens` checks."""
+    if not is_integer:
+        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {dtype}")
+    check_cu_seqlens_shape(shape)
+    if values is not None:
+        check_cu_seqlens(values)
+
+
 def check_document_index(name, index, total) -> None:
     """`document_bias`'s token indices (`q_index`, `k_index`; the bias's axes `arange(q)`, `arange(k)` when
     None) must lie in the packed row `[0, cu_seqlens[-1])`: a bias wider than the row is refused."""
@@ -83,14 +108,28 @@ def check_document_index(name, index, total) -> None:
                          f"[{int(index.min())}, {int(index.max())}]")
 
 
-def check_total(total, cu_last) -> int:
-    """`total` (the packed row's static length) must equal `cu_seqlens[-1]`."""
+def check_total(total, cu_last, *, where="where cu_seqlens cannot be read") -> int:
+    """`total` (the packed row's static length) must equal `cu_seqlens[-1]`; returns it.
+
+    `cu_last=None`: the values of `cu_seqlens` cannot be read (a backend's trace, named by `where`, as in
+    `check_traced_integer`), so `total` must be given: the output shape cannot depend on data.
+    """
     if total is None:
+        if cu_last is None:
+            raise ValueError(f"total= (the packed row length, a Python int) is required {where}: "
+                             "the output shape cannot depend on cu_seqlens' values")
         return int(cu_last)
     total = check_positive_int("total", total, minimum=0)
     if cu_last is not None and total != int(cu_last):
         raise ValueError(f"total={total} does not match cu_seqlens[-1]={int(cu_last)}")
     return total
+
+
+def check_offset(offset) -> int:
+    """`positions_from_cu_seqlens`'s first position: any integer (not a bool)."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"offset={offset!r} must be an integer")
+    return int(offset)
 
 
 def check_cp_args(world_size, rank, strategy) -> tuple[int, int]:
@@ -101,6 +140,28 @@ def check_cp_args(world_size, rank, strategy) -> tuple[int, int]:
         raise ValueError(f"rank={rank} must be < world_size={world_size}")
     check_choice("strategy", strategy, CP_STRATEGIES)
     return world_size, rank
+
+
+def check_cp_rank_tensor(world_size, strategy, *, dtype, shape, is_integer) -> int:
+    """`check_cp_args` for a rank given as a backend tensor (data, so one graph serves every rank): its
+    value cannot be checked, its dtype (`is_integer`, the backend's test) and shape (a scalar) are;
+    returns world_size."""
+    world_size, _ = check_cp_args(world_size, 0, strategy)
+    if not is_integer or len(tuple(shape)):
+        raise TypeError(f"rank must be an int or an integer scalar tensor, got {dtype} shape {tuple(shape)}")
+    return world_size
+
+
+def check_cp_shards(shapes, strategy, axis) -> tuple[int, int]:
+    """`cp_unshard`'s shards: one array per rank, all of one shape; returns `(world_size, axis)`, the axis
+    made non-negative."""
+    shapes = [tuple(shape) for shape in shapes]
+    if not shapes:
+        raise ValueError("shards must hold one array per rank, got none")
+    if any(shape != shapes[0] for shape in shapes):
+        raise ValueError(f"shards must all have the same shape, got {shapes}")
+    world_size, _ = check_cp_args(len(shapes), 0, strategy)
+    return world_size, check_axis(axis, len(shapes[0]))
 
 
 def _pieces(world_size, strategy) -> int:
@@ -143,6 +204,15 @@ def check_rerotate_args(scaling, mrope_section) -> None:
 
 # --- packed sequences ---------------------------------------------------------------------------------
 
+def _index(values, index):
+    return values[index]
+
+
+def _document_of(cu_seqlens, t):
+    """`searchsorted(cu_seqlens, t, side="right") - 1`: the document of every token index in `t`."""
+    return np.searchsorted(cu_seqlens, t, side="right") - 1
+
+
 def document_ids(cu_seqlens, *, total=None) -> np.ndarray:
     """The document of every token of the packed row: `[total]` int64, `doc[t] = i` for cu[i] <= t < cu[i+1].
 
@@ -155,7 +225,7 @@ def document_ids(cu_seqlens, *, total=None) -> np.ndarray:
     """
     cu = check_cu_seqlens(cu_seqlens)
     total = check_total(total, cu[-1])
-    return np.searchsorted(cu, np.arange(total), side="right").astype(np.int64) - 1
+    return _document_of(cu, np.arange(total)).astype(np.int64)
 
 
 def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None) -> np.ndarray:
@@ -193,11 +263,10 @@ def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None) -> np.ndarray
         >>> positions_from_cu_seqlens([0, 2, 5], offset=2).tolist()
         [2, 3, 2, 3, 4]
     """
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
-        raise TypeError(f"offset={offset!r} must be an integer")
+    offset = check_offset(offset)
     cu = check_cu_seqlens(cu_seqlens)
     doc = document_ids(cu, total=total)
-    return np.arange(doc.shape[0], dtype=np.int64) - cu[doc] + int(offset)
+    return np.arange(doc.shape[0], dtype=np.int64) - cu[doc] + offset
 
 
 def document_mask(cu_seqlens, *, causal=False, total=None) -> np.ndarray:
@@ -284,9 +353,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
         check_document_index(name, index, total)
         indices.append(index)
     q_idx, k_idx = indices
-    q_doc = np.searchsorted(cu, q_idx, side="right") - 1
-    k_doc = np.searchsorted(cu, k_idx, side="right") - 1
-    keep = q_doc[:, None] == k_doc[None, :]
+    keep = _document_of(cu, q_idx)[:, None] == _document_of(cu, k_idx)[None, :]
     if causal:
         keep &= k_idx[None, :] <= q_idx[:, None]
     return np.where(keep, bias, -np.inf).astype(bias.dtype)
@@ -294,16 +361,57 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
 
 # --- context parallelism ------------------------------------------------------------------------------
 
+def cp_local_index(i, rank, *, length, world_size, strategy, where=np.where):
+    """The global index, inside one sequence of `length` tokens, of local token `i` of rank `rank`.
+
+    Formula (W = world_size, n = length / W, c = length / (2W)):
+        "contiguous":  rank * n + i
+        "striped":     i * W + rank
+        "zigzag":      i + c * (rank if i < c else 2W - 2 - rank)
+    zigzag's second branch is `(i - c) + (2W - 1 - rank) * c`: chunk `rank`, then chunk `2W - 1 - rank`
+    (`thd_partition_src_index`, see `cp_indices`). This is the one copy of the rule: `i`, `rank` and
+    `length` may be Python ints, NumPy arrays or a backend's tensors (a traced rank, per-token document
+    lengths), with `where` that library's `where`; the arguments are not validated here.
+
+    Example:
+        >>> cp_local_index(np.arange(4), 1, length=8, world_size=2, strategy="zigzag").tolist()
+        [2, 3, 4, 5]
+    """
+    if strategy == "contiguous":
+        return rank * (length // world_size) + i
+    if strategy == "striped":
+        return i * world_size + rank
+    c = length // (2 * world_size)
+    return i + c * where(i < c, rank, 2 * world_size - 2 - rank)
+
+
+def cp_packed_index(cu_seqlens, g, rank, *, world_size, strategy, document_of=_document_of, take=_index,
+                    where=np.where):
+    """The packed-row index of local token `g` of rank `rank`, every document split by `strategy` on its own.
+
+    Formula: with `local = cu_seqlens // W`, `d = doc(local, g)` (the document whose local range holds
+    `g`), `start = cu_seqlens[d]` and `l = cu_seqlens[d + 1] - start`:
+        index = start + cp_local_index(g - local[d], rank, length=l)
+    The one copy of the rule, as `cp_local_index`: `document_of(cu, t)` is the library's `searchsorted`
+    (`_document_of` for NumPy), `take(values, index)` its gather (default `values[index]`). Unvalidated, as
+    `cp_local_index`: `cp_indices` checks first.
+
+    Example:
+        >>> cp_packed_index(np.array([0, 4, 12]), np.arange(6), 0, world_size=2, strategy="zigzag").tolist()
+        [0, 3, 4, 5, 10, 11]
+    """
+    local = cu_seqlens // world_size
+    doc = document_of(local, g)
+    start = take(cu_seqlens, doc)
+    length = take(cu_seqlens, doc + 1) - start
+    return start + cp_local_index(g - take(local, doc), rank, length=length, world_size=world_size,
+                                  strategy=strategy, where=where)
+
+
 def _local_indices(length, world_size, rank, strategy) -> np.ndarray:
     """Indices (0-based, inside one sequence of `length`) that `rank` holds, in its order."""
-    n = length // world_size
-    if strategy == "contiguous":
-        return rank * n + np.arange(n, dtype=np.int64)
-    if strategy == "striped":
-        return np.arange(n, dtype=np.int64) * world_size + rank
-    c = length // (2 * world_size)
-    return np.concatenate([rank * c + np.arange(c, dtype=np.int64),
-                           (2 * world_size - 1 - rank) * c + np.arange(c, dtype=np.int64)])
+    i = np.arange(length // world_size, dtype=np.int64)
+    return cp_local_index(i, rank, length=length, world_size=world_size, strategy=strategy).astype(np.int64)
 
 
 def cp_positions(seq_len, *, world_size, rank, strategy="contiguous") -> np.ndarray:
@@ -379,8 +487,8 @@ def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None) -
     cu = check_cu_seqlens(cu_seqlens)
     check_total(total, cu[-1])
     _check_documents_divisible(cu, world_size, strategy)
-    parts = [cu[i] + _local_indices(int(cu[i + 1] - cu[i]), world_size, rank, strategy) for i in range(len(cu) - 1)]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    g = np.arange(int(cu[-1]) // world_size, dtype=np.int64)
+    return cp_packed_index(cu, g, rank, world_size=world_size, strategy=strategy).astype(np.int64)
 
 
 def cp_rank_order(length, world_size, strategy, cu_seqlens=None):
@@ -456,13 +564,7 @@ def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
         [0, 1, 2, 3, 4, 5, 6, 7]
     """
     shards = [np.asarray(s) for s in shards]
-    if not shards:
-        raise ValueError("shards must hold one array per rank, got none")
-    if any(s.shape != shards[0].shape for s in shards):
-        raise ValueError(f"shards must all have the same shape, got {[s.shape for s in shards]}")
-    world_size = len(shards)
-    check_cp_args(world_size, 0, strategy)
-    axis = check_axis(axis, shards[0].ndim)
+    world_size, axis = check_cp_shards([s.shape for s in shards], strategy, axis)
     joined = np.concatenate(shards, axis=axis)
     order = cp_rank_order(joined.shape[axis], world_size, strategy, cu_seqlens)
     return np.take(joined, np.argsort(order, kind="stable"), axis=axis)

@@ -17,14 +17,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from posenc_np._validate import check_cu_seqlens_shape, check_float_dtype
-from posenc_np.packing import check_axis, check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args
-from posenc_np.packing import check_document_index
-from posenc_np.packing import check_total, cp_rank_order
-from posenc_np.packing import cp_indices as spec_cp_indices
+from posenc_np import packing as spec
+from posenc_np._validate import check_float_dtype
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 
-from ._common import as_tensor, is_tracing
+from ._common import TRACE, as_tensor, is_tracing, spec_constant
 from .rope import apply_rope
 
 __all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "document_bias", "cp_positions",
@@ -38,31 +35,21 @@ def _is_static_int(x) -> bool:
 def _cp_args(world_size, rank, strategy):
     """Validate; a tensor rank is checked for dtype only (its value is data)."""
     if _is_static_int(rank) or isinstance(rank, bool):
-        return check_cp_args(world_size, rank, strategy)
-    world_size, _ = check_cp_args(world_size, 0, strategy)
+        return spec.check_cp_args(world_size, rank, strategy)
     rank = as_tensor(rank)
-    if not rank.dtype.is_integer or rank.shape.rank != 0:
-        raise TypeError(f"rank must be an int or an integer scalar tensor, got {rank.dtype} shape {rank.shape}")
-    return world_size, rank
+    return spec.check_cp_rank_tensor(world_size, strategy, dtype=rank.dtype, shape=rank.shape,
+                                     is_integer=rank.dtype.is_integer), rank
 
 
 def _cu(cu_seqlens):
     cu = as_tensor(cu_seqlens)
-    if not cu.dtype.is_integer:
-        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype}")
-    check_cu_seqlens_shape(cu.shape.as_list() if cu.shape.rank is not None else (None, None))  # spec's ValueError
-    if not is_tracing(cu):
-        check_cu_seqlens(cu.numpy())
+    spec.check_cu_seqlens_tensor(cu.shape.as_list() if cu.shape.rank is not None else (None, None), cu.dtype,
+                                 is_integer=cu.dtype.is_integer, values=None if is_tracing(cu) else cu.numpy())
     return cu
 
 
 def _total(cu, total) -> int:
-    if is_tracing(cu):
-        if total is None:
-            raise ValueError("total= (the packed row length, a Python int) is required inside tf.function: "
-                             "the output shape cannot depend on cu_seqlens' values")
-        return check_total(total, None)
-    return check_total(total, int(cu[-1]))
+    return spec.check_total(total, None if is_tracing(cu) else int(cu[-1]), where=TRACE)
 
 
 def _doc(cu, t):
@@ -78,8 +65,7 @@ def document_ids(cu_seqlens, *, total=None):
 
 def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None):
     """`[total]` positions restarting at `offset` per document; see `posenc_np.positions_from_cu_seqlens`."""
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
-        raise TypeError(f"offset={offset!r} must be an integer")
+    offset = spec.check_offset(offset)
     cu = _cu(cu_seqlens)
     t = tf.range(_total(cu, total), dtype=cu.dtype)
     return t - tf.gather(cu, _doc(cu, t)) + tf.cast(offset, cu.dtype)
@@ -118,7 +104,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
             raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias.shape)}, "
                              f"got {index.dtype} shape {tuple(index.shape)}")
         if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
-            check_document_index(name, index.numpy(), int(cu[-1]))
+            spec.check_document_index(name, index.numpy(), int(cu[-1]))
         indices.append(tf.cast(index, cu.dtype))
     q_idx, k_idx = indices
     keep = tf.equal(_doc(cu, q_idx)[:, None], _doc(cu, k_idx)[None, :])
@@ -127,43 +113,42 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
     return tf.where(keep, bias, tf.constant(-np.inf, bias.dtype))
 
 
-def _local(length, world_size, rank, strategy, i):
-    """Global index (inside one sequence of `length`, a tensor or int) of local token `i` of `rank`."""
-    if strategy == "contiguous":
-        return rank * (length // world_size) + i
-    if strategy == "striped":
-        return i * world_size + rank
-    c = length // (2 * world_size)
-    return i + c * tf.where(i < c, rank, 2 * world_size - 2 - rank)
-
-
 def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
-    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
+    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`.
+
+    An int rank gives the spec's positions as a constant; a tensor rank computes them in the graph.
+    """
     world_size, rank = _cp_args(world_size, rank, strategy)
-    seq_len = check_cp_divisible(seq_len, world_size, strategy)
+    seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
+    if _is_static_int(rank):
+        return spec_constant(("cp_positions", seq_len, world_size, int(rank), strategy), lambda: spec.cp_positions(
+            seq_len, world_size=world_size, rank=int(rank), strategy=strategy), dtype=tf.int64)
     i = tf.range(seq_len // world_size, dtype=tf.int64)
-    return _local(seq_len, world_size, tf.cast(rank, tf.int64), strategy, i)
+    return spec.cp_local_index(i, tf.cast(rank, tf.int64), length=seq_len, world_size=world_size, strategy=strategy,
+                               where=tf.where)
 
 
 def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
-    """`[total // world_size]` packed-row indices rank `rank` holds (in-graph); see `posenc_np.cp_indices`."""
+    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`.
+
+    Eagerly with an int rank they are the spec's; a traced `cu_seqlens` or a tensor rank computes them in
+    the graph (`posenc_np.packing.cp_packed_index`, the same rule).
+    """
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
-    if not is_tracing(cu) and _is_static_int(rank):
-        spec_cp_indices(cu.numpy(), world_size=world_size, rank=int(rank), strategy=strategy)  # validates
-    total = check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
-    local_cu = cu // world_size
+    if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes
+        index = spec.cp_indices(cu.numpy(), world_size=world_size, rank=int(rank), strategy=strategy, total=total)
+        return tf.constant(index, dtype=cu.dtype)
+    total = spec.check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
     g = tf.range(total // world_size, dtype=cu.dtype)
-    doc = _doc(local_cu, g)
-    start = tf.gather(cu, doc)
-    length = tf.gather(cu, doc + 1) - start
-    return start + _local(length, world_size, tf.cast(rank, cu.dtype), strategy, g - tf.gather(local_cu, doc))
+    return spec.cp_packed_index(cu, g, tf.cast(rank, cu.dtype), world_size=world_size, strategy=strategy,
+                                document_of=_doc, take=tf.gather, where=tf.where)
 
 
 def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=None):
     """The part of `x` rank `rank` holds along `axis`; see `posenc_np.cp_shard`."""
     x = as_tensor(x)
-    axis = check_axis(axis, x.shape.rank)
+    axis = spec.check_axis(axis, x.shape.rank)
     world_size, rank = _cp_args(world_size, rank, strategy)
     if cu_seqlens is None:
         index = cp_positions(x.shape[axis], world_size=world_size, rank=rank, strategy=strategy)
@@ -175,23 +160,18 @@ def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=
 def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
     """Reassemble per-rank shards (ranks 0..W-1) into sequence order; see `posenc_np.cp_unshard`."""
     shards = [as_tensor(s) for s in shards]
-    if not shards:
-        raise ValueError("shards must hold one array per rank, got none")
-    if any(tuple(s.shape) != tuple(shards[0].shape) for s in shards):
-        raise ValueError(f"shards must all have the same shape, got {[tuple(s.shape) for s in shards]}")
-    world_size = len(shards)
-    check_cp_args(world_size, 0, strategy)
-    axis = check_axis(axis, shards[0].shape.rank)
+    world_size, axis = spec.check_cp_shards([s.shape for s in shards], strategy, axis)
     joined = tf.concat(shards, axis=axis)
     length = joined.shape[axis]
     if cu_seqlens is None:
         # the order depends on shapes only: a constant index
-        inverse = tf.constant(np.argsort(cp_rank_order(length, world_size, strategy)))
+        inverse = tf.constant(np.argsort(spec.cp_rank_order(length, world_size, strategy)))
     else:
         order = tf.concat([cp_indices(cu_seqlens, world_size=world_size, rank=r, strategy=strategy, total=length)
                            for r in range(world_size)], axis=0)
         # inverse permutation by a scatter: inverse[order[i]] = i
-        inverse = tf.scatter_nd(order[:, None], tf.range(length, dtype=order.dtype), tf.shape(order, out_type=order.dtype))
+        inverse = tf.scatter_nd(order[:, None], tf.range(length, dtype=order.dtype),
+                                tf.shape(order, out_type=order.dtype))
     return tf.gather(joined, inverse, axis=axis)
 
 
@@ -200,7 +180,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
 
     Computed in float32 (half-precision keys are rotated in float32 and rounded once).
     """
-    check_rerotate_args(scaling, mrope_section)
+    spec.check_rerotate_args(scaling, mrope_section)
     k = as_tensor(k)
     check_float_dtype("k", tf.as_dtype(k.dtype).name, tf.as_dtype(k.dtype).is_floating)
     rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_cu_seqlens_shape, check_float_dtype
-from posenc_np.packing import check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args, check_total
-from posenc_np.packing import check_document_index
-from posenc_np.packing import cp_indices as spec_cp_indices
-from posenc_np.packing import check_axis, cp_rank_order
+from posenc_np import packing as spec
+from posenc_np._validate import check_float_dtype
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 
-from ._common import as_tensor, is_tracing
+from ._common import TRACE, as_tensor, is_tracing, spec_constant
 from .rope import apply_rope
 
 __all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "document_bias", "cp_positions",
@@ -35,33 +32,27 @@ def _is_static_int(x) -> bool:
     return not isinstance(x, torch.Tensor)
 
 
+def _is_integer(x) -> bool:
+    return not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
+
+
 def _cp_args(world_size, rank, strategy):
     """Validate; a tensor rank is checked for dtype only (its value is data)."""
     if _is_static_int(rank):
-        return check_cp_args(world_size, rank, strategy)
-    world_size, _ = check_cp_args(world_size, 0, strategy)
-    if rank.is_floating_point() or rank.dtype == torch.bool or rank.ndim:
-        raise TypeError(f"rank must be an int or an integer scalar tensor, got {rank.dtype} shape {tuple(rank.shape)}")
-    return world_size, rank
+        return spec.check_cp_args(world_size, rank, strategy)
+    return spec.check_cp_rank_tensor(world_size, strategy, dtype=rank.dtype, shape=rank.shape,
+                                     is_integer=_is_integer(rank)), rank
 
 
 def _cu(cu_seqlens, *, device=None):
     cu = as_tensor(cu_seqlens, device=device)
-    if cu.is_floating_point() or cu.is_complex() or cu.dtype == torch.bool:
-        raise TypeError(f"cu_seqlens must be a 1-D integer tensor, got dtype {cu.dtype}")
-    check_cu_seqlens_shape(cu.shape)  # the spec's ValueError: a shape is static, checked under compile too
-    if not is_tracing(cu):
-        check_cu_seqlens(cu.detach().cpu().numpy())
+    spec.check_cu_seqlens_tensor(cu.shape, cu.dtype, is_integer=_is_integer(cu),
+                                 values=None if is_tracing(cu) else cu.detach().cpu().numpy())
     return cu
 
 
 def _total(cu, total) -> int:
-    if is_tracing(cu):
-        if total is None:
-            raise ValueError("total= (the packed row length, a Python int) is required under torch.compile: "
-                             "the output shape cannot depend on cu_seqlens' values")
-        return check_total(total, None)
-    return check_total(total, int(cu[-1]))
+    return spec.check_total(total, None if is_tracing(cu) else int(cu[-1]), where=TRACE)
 
 
 def _doc(cu, t):
@@ -78,8 +69,7 @@ def document_ids(cu_seqlens, *, total=None):
 
 def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None):
     """`[total]` positions restarting at `offset` per document; see `posenc_np.positions_from_cu_seqlens`."""
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset={offset!r} must be an integer")
+    offset = spec.check_offset(offset)
     cu = _cu(cu_seqlens)
     total = _total(cu, total)
     t = torch.arange(total, device=cu.device, dtype=cu.dtype)
@@ -117,7 +107,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
             raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias.shape)}, "
                              f"got {index.dtype} shape {tuple(index.shape)}")
         if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
-            check_document_index(name, index.detach().cpu().numpy(), int(cu[-1]))
+            spec.check_document_index(name, index.detach().cpu().numpy(), int(cu[-1]))
         indices.append(index.to(cu.dtype))
     q_idx, k_idx = indices
     keep = _doc(cu, q_idx)[:, None] == _doc(cu, k_idx)[None, :]
@@ -126,54 +116,43 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
     return bias.masked_fill(~keep, float("-inf"))
 
 
-def _local(length, world_size, rank, strategy, i):
-    """Global index (inside one sequence of `length`, a tensor or int) of local token `i` of `rank`."""
-    if strategy == "contiguous":
-        return rank * (length // world_size) + i
-    if strategy == "striped":
-        return i * world_size + rank
-    c = length // (2 * world_size)
-    return i + c * torch.where(i < c, rank, 2 * world_size - 2 - rank)
-
-
 def cp_positions(seq_len, *, world_size, rank, strategy="contiguous", device=None):
-    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
+    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`.
+
+    An int rank gives the spec's positions as a constant; a tensor rank computes them in the graph.
+    """
     world_size, rank = _cp_args(world_size, rank, strategy)
-    seq_len = check_cp_divisible(seq_len, world_size, strategy)
-    if not _is_static_int(rank):
-        device = rank.device if device is None else device
-    i = torch.arange(seq_len // world_size, device=device, dtype=torch.int64)
-    if strategy == "zigzag" and _is_static_int(rank):
-        rank = torch.tensor(rank, device=device)
-    return _local(seq_len, world_size, rank, strategy, i).to(torch.int64)
+    seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
+    if _is_static_int(rank):
+        return spec_constant(("cp_positions", seq_len, world_size, rank, strategy), lambda: spec.cp_positions(
+            seq_len, world_size=world_size, rank=rank, strategy=strategy), dtype=torch.int64, device=device)
+    i = torch.arange(seq_len // world_size, device=rank.device if device is None else device, dtype=torch.int64)
+    return spec.cp_local_index(i, rank.to(torch.int64), length=seq_len, world_size=world_size, strategy=strategy,
+                               where=torch.where)
 
 
 def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
-    """`[total // world_size]` packed-row indices rank `rank` holds (in-graph); see `posenc_np.cp_indices`."""
+    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`.
+
+    Eagerly with an int rank they are the spec's; a traced `cu_seqlens` or a tensor rank computes them in
+    the graph (`posenc_np.packing.cp_packed_index`, the same rule).
+    """
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
-    if not is_tracing(cu) and _is_static_int(rank):
-        spec_cp_indices(cu.detach().cpu().numpy(), world_size=world_size, rank=rank, strategy=strategy)  # validates
-    total = check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
-    local_cu = cu // world_size
+    if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes
+        index = spec.cp_indices(cu.detach().cpu().numpy(), world_size=world_size, rank=rank, strategy=strategy,
+                                total=total)
+        return torch.as_tensor(index, dtype=cu.dtype, device=cu.device)
+    total = spec.check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
     g = torch.arange(total // world_size, device=cu.device, dtype=cu.dtype)
-    doc = _doc(local_cu, g)
-    start = local_cu[doc]
-    length = cu[doc + 1] - cu[doc]
-    if not _is_static_int(rank):
-        rank = rank.to(cu.dtype)
-    elif strategy == "zigzag":
-        rank = torch.tensor(rank, device=cu.device, dtype=cu.dtype)
-    return cu[doc] + _local(length, world_size, rank, strategy, g - start)
-
-
-def _move(x, axis):
-    return x.movedim(axis, 0)
+    rank = torch.as_tensor(rank, device=cu.device, dtype=cu.dtype)
+    return spec.cp_packed_index(cu, g, rank, world_size=world_size, strategy=strategy, document_of=_doc,
+                                where=torch.where)
 
 
 def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=None):
     """The part of `x` rank `rank` holds along `axis`; see `posenc_np.cp_shard`."""
-    axis = check_axis(axis, x.ndim)
+    axis = spec.check_axis(axis, x.ndim)
     world_size, rank = _cp_args(world_size, rank, strategy)
     if cu_seqlens is None:
         index = cp_positions(x.shape[axis], world_size=world_size, rank=rank, strategy=strategy, device=x.device)
@@ -185,18 +164,12 @@ def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=
 def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
     """Reassemble per-rank shards (ranks 0..W-1) into sequence order; see `posenc_np.cp_unshard`."""
     shards = list(shards)
-    if not shards:
-        raise ValueError("shards must hold one array per rank, got none")
-    if any(tuple(s.shape) != tuple(shards[0].shape) for s in shards):
-        raise ValueError(f"shards must all have the same shape, got {[tuple(s.shape) for s in shards]}")
-    world_size = len(shards)
-    check_cp_args(world_size, 0, strategy)
-    axis = check_axis(axis, shards[0].ndim)
+    world_size, axis = spec.check_cp_shards([s.shape for s in shards], strategy, axis)
     joined = torch.cat(shards, dim=axis)
     length = joined.shape[axis]
     if cu_seqlens is None:
         # the order is static (it depends on shapes only): one constant index
-        order = torch.as_tensor(cp_rank_order(length, world_size, strategy, None), device=joined.device)
+        order = torch.as_tensor(spec.cp_rank_order(length, world_size, strategy, None), device=joined.device)
         inverse = torch.argsort(order)
     else:
         order = torch.cat([cp_indices(cu_seqlens, world_size=world_size, rank=r, strategy=strategy, total=length)
@@ -211,7 +184,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
 
     Computed in float32 (half-precision keys are rotated in float32 and rounded once).
     """
-    check_rerotate_args(scaling, mrope_section)
+    spec.check_rerotate_args(scaling, mrope_section)
     check_float_dtype("k", k.dtype, k.is_floating_point())
     rotary_dim = resolve_rotary_dim(k.shape[-1], rotary_dim)
     scale = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout).attention_scale

@@ -18,8 +18,18 @@ import numpy as np
 import pytest
 
 from posenc_np import alibi_bias, apply_rope, t5_bias
-from posenc_np.packing import (CP_STRATEGIES, cp_indices, cp_positions, cp_shard, cp_unshard, document_bias,
-                               document_ids, document_mask, positions_from_cu_seqlens, rerotate)
+from posenc_np.packing import (
+    CP_STRATEGIES,
+    cp_indices,
+    cp_positions,
+    cp_shard,
+    cp_unshard,
+    document_bias,
+    document_ids,
+    document_mask,
+    positions_from_cu_seqlens,
+    rerotate,
+)
 
 CU = np.array([0, 8, 8, 24, 32])
 STATIC_SCALINGS = [None, {"rope_type": "linear", "factor": 4.0}, {"rope_type": "ntk", "factor": 2.0},
@@ -48,7 +58,7 @@ def te_thd_partition(cu_seqlens, world_size, rank):
 def te_get_batch_slices(cu_seqlens, world_size, rank):
     """Transformer Engine's get_batch_on_this_cp_rank (thd): two slices per sequence (context_parallel.py)."""
     out = []
-    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:]):
+    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True):
         size = (end - start) // (2 * world_size)
         out += list(range(start + rank * size, start + (rank + 1) * size))
         out += list(range(start + (2 * world_size - rank - 1) * size, start + (2 * world_size - rank) * size))
@@ -86,6 +96,18 @@ def test_striped_and_contiguous():
     assert cp_positions(8, world_size=4, rank=1, strategy="striped").tolist() == [1, 5]
     assert cp_positions(8, world_size=4, rank=1, strategy="contiguous").tolist() == [2, 3]
     assert cp_indices([0, 4, 12], world_size=2, rank=1, strategy="striped").tolist() == [1, 3, 5, 7, 9, 11]
+
+
+@pytest.mark.parametrize("strategy", CP_STRATEGIES)
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_cp_indices_split_every_document_on_its_own(strategy, world_size):
+    """The vectorised rule (`cp_packed_index`: a document lookup on `cu_seqlens // W`, which the backends
+    also run in their graphs) equals its definition: each document's share by `cp_positions`, offset by
+    the document's start, documents in order (the empty document 1 of CU included)."""
+    for rank in range(world_size):
+        expected = [start + p for start, end in zip(CU[:-1], CU[1:], strict=True)
+                    for p in cp_positions(int(end - start), world_size=world_size, rank=rank, strategy=strategy)]
+        assert cp_indices(CU, world_size=world_size, rank=rank, strategy=strategy).tolist() == expected
 
 
 # --- packed rows ------------------------------------------------------------------------------------------
