@@ -19,7 +19,7 @@ from ...formats.gguf_quant import rounded
 from ..checks import Check, probe_positions
 from .. import hf_config
 
-__all__ = ["gguf_logits_check"]
+__all__ = ["gguf_logits_check", "llamacpp_swa_layers", "LLAMACPP_SWA_PATTERN"]
 
 
 class _Side:
@@ -45,6 +45,7 @@ class _Side:
             self.n_rot = int(a("rope.dimension_count", self.head_dim))
             self.base = float(a("rope.freq_base", 10000.0))
             self.md = md
+            self.swa = llamacpp_swa_layers(md, arch, self.layers)
         else:
             self.heads, self.kv_heads, self.head_dim = hf_config.heads(config)
             self.layers = int(config["num_hidden_layers"])
@@ -95,9 +96,13 @@ class _Side:
                                           seq_len=seq_len)
             return entry["layout"], entry["rotary_dim"], inv, scale, False
         md, a, r = self.md, self.arch, self.reader
-        inv = self.base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
+        base, linear = self.base, md.get(f"{a}.rope.scaling.type", "none") == "linear"
+        if self.swa[i]:  # llama.cpp's sliding layers: their own base; gemma3 never scales them
+            base = float(md.get(f"{a}.rope.freq_base_swa", self.base if a == "gemma2" else 10000.0))
+            linear = linear and a == "gemma2"
+        inv = base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
         f32 = False
-        if md.get(f"{a}.rope.scaling.type", "none") == "linear":
+        if linear:
             inv = inv / float(md[f"{a}.rope.scaling.factor"])
         if "rope_freqs.weight" in r:  # llama.cpp divides theta by the per-pair factors (ggml_rope_ext freq_factors)
             inv, f32 = inv / np.asarray(r.get("rope_freqs.weight"), np.float64), True
@@ -115,6 +120,25 @@ class _Side:
         entry = next((e for e in self.schedule if e is not None), None)
         original = ((entry or {}).get("scaling") or {}).get("original_max_position_embeddings")
         return [original - 1, original] if original else []
+
+
+#: llama.cpp's pattern of sliding layers when a file names none (`load_swa_pattern(ml, n)` in
+#: src/models/gemma2.cpp and gemma3.cpp; gemma3 slides only when `attention.sliding_window` is positive)
+LLAMACPP_SWA_PATTERN = {"gemma2": 2, "gemma3": 6}
+
+
+def llamacpp_swa_layers(md, arch, layers):
+    """Which layers llama.cpp treats as sliding-window layers (`llama_model_base::load_swa_pattern`,
+    `llama_hparams::set_swa_pattern`, src/llama-model.cpp / llama-hparams.cpp of llama-cpp-python 0.3.36):
+    the `attention.sliding_window_pattern` array when the file has one, else layer i slides when
+    `i % n < n - 1` for the integer key or the architecture's default n."""
+    if arch not in LLAMACPP_SWA_PATTERN or (arch == "gemma3" and not md.get(f"{arch}.attention.sliding_window")):
+        return [False] * layers
+    pattern = md.get(f"{arch}.attention.sliding_window_pattern", LLAMACPP_SWA_PATTERN[arch])
+    if isinstance(pattern, (list, tuple)):
+        return [bool(v) for v in pattern][:layers] + [False] * max(0, layers - len(pattern))
+    n = int(pattern)
+    return [n == 0 or i % n < n - 1 for i in range(layers)]
 
 
 def _rotate(x, positions, layout, rotary_dim, inv_freq, scale):

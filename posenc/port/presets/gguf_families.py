@@ -68,6 +68,13 @@ _LLAMA_GLOBAL = (("model.embed_tokens.weight", "token_embd.weight"), ("model.nor
 _PHI3_LAYER = (("input_layernorm.weight", "attn_norm.weight"), ("post_attention_layernorm.weight", "ffn_norm.weight"),
                ("self_attn.qkv_proj.weight", "attn_qkv.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
                ("mlp.gate_up_proj.weight", "ffn_up.weight"), ("mlp.down_proj.weight", "ffn_down.weight"))
+_GEMMA2_LAYER = (("input_layernorm.weight", "attn_norm.weight"),
+                 ("post_attention_layernorm.weight", "post_attention_norm.weight"),
+                 ("pre_feedforward_layernorm.weight", "ffn_norm.weight"),
+                 ("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
+                 *(pair for pair in LLAMA_LAYER if "proj.weight" in pair[0]))
+_GEMMA3_LAYER = (*_GEMMA2_LAYER, ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+                 ("self_attn.k_norm.weight", "attn_k_norm.weight"))
 _NEOX_LAYER = tuple((f"{hf}.{p}", f"{gg}.{p}") for hf, gg in (
     ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
     ("attention.query_key_value", "attn_qkv"), ("attention.dense", "attn_output"),
@@ -92,6 +99,7 @@ class Family:
     qkv: str = "separate"     # "separate" | "blocks" ([Q; K; V] rows) | "heads" (per head [q; k; v], HF GPT-NeoX)
     norm_shift: float = 0.0   # added to every *norm.weight on the way to GGUF
     eps: tuple = ("rms_norm_eps", "attention.layer_norm_rms_epsilon")
+    swa_pattern: int = 0      # sliding-window layers: llama.cpp's pattern when the file names none (0: none)
 
     @property
     def permute(self) -> bool:
@@ -105,6 +113,10 @@ FAMILIES = {
     "qwen2": Family("qwen2", "qwen2", ("qwen2",), "Qwen2ForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, LLAMA_LAYER),
     "gemma": Family("gemma", "gemma", ("gemma",), "GemmaForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, LLAMA_LAYER,
                     norm_shift=1.0),
+    "gemma2": Family("gemma2", "gemma2", ("gemma2",), "Gemma2ForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL,
+                     _GEMMA2_LAYER, norm_shift=1.0, swa_pattern=2),
+    "gemma3": Family("gemma3", "gemma3", ("gemma3_text",), "Gemma3ForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL,
+                     _GEMMA3_LAYER, norm_shift=1.0, swa_pattern=6),
     "phi3": Family("phi3", "phi3", ("phi3",), "Phi3ForCausalLM", "model.layers.{i}.", _LLAMA_GLOBAL, _PHI3_LAYER,
                    qkv="blocks"),
     "gpt-neox": Family("gpt-neox", "gptneox", ("gpt_neox",), "GPTNeoXForCausalLM", "gpt_neox.layers.{i}.",
@@ -173,6 +185,93 @@ def _rope_metadata(family, config, schedule, prefix):
                          "default, linear" + (", llama3" if family.name == "llama" else "")
                          + (", longrope" if family.name == "phi3" else "") + ")")
     return kv, generated, entry
+
+
+def _swa_rope_metadata(family, config, schedule, prefix, layers):
+    """Gemma 2/3: the rope and sliding-window keys llama.cpp's loader reads (src/models/gemma2.cpp,
+    gemma3.cpp `load_arch_hparams`, llama-cpp-python 0.3.36's llama.cpp), or a UsageError naming what it
+    would ignore. Full layers rotate with `rope.freq_base` and `rope.scaling.*` (linear only); sliding layers
+    with `rope.freq_base_swa` and, Gemma 2, the full layers' scale, Gemma 3, no scaling (`freq_scale_swa` stays
+    1: no key sets it). Which layers slide is `attention.sliding_window_pattern`, written as one bool per layer
+    (the loader's `get_arr` reads it before falling back to its pattern of `swa_pattern`)."""
+    types = config.get("layer_types") or [None] * layers
+    sliding = [t == "sliding_attention" for t in types]
+    full = [e for e, s in zip(schedule, sliding) if not s]
+    slide = [e for e, s in zip(schedule, sliding) if s]
+    what = f"hf-{family.name}-to-gguf"
+    for group, name in ((full, "full-attention"), (slide, "sliding-attention")):
+        if any(e is None for e in group):
+            raise UsageError(f"{what}: a {name} layer without RoPE; llama.cpp's {family.arch} rotates every layer")
+        if any(e != group[0] for e in group):
+            raise UsageError(f"{what}: the {name} layers' RoPE settings differ; llama.cpp's {family.arch} has one "
+                             "setting per kind of layer")
+    if not full:
+        raise UsageError(f"{what}: no full-attention layer; llama.cpp's {family.arch} reads the base of full layers "
+                         "from rope.freq_base (write one layer type at least)")
+    entry = full[0]
+    kv, generated, _ = _rope_metadata(family, config, [entry], prefix)
+    if slide:
+        local = slide[0]
+        if local["rotary_dim"] != entry["rotary_dim"]:
+            raise UsageError(f"{what}: sliding layers rotate {local['rotary_dim']} channels, full layers "
+                             f"{entry['rotary_dim']}; llama.cpp's {family.arch} reads one rope.dimension_count")
+        scale_local = local["scaling"] or {}
+        if family.name == "gemma3" and scale_local.get("rope_type", "default") != "default":
+            raise UsageError(f"{what}: sliding layers use rope_type {scale_local['rope_type']!r}; llama.cpp's gemma3 "
+                             "rotates sliding layers unscaled (its freq_scale_swa is 1: no GGUF key sets it)")
+        if family.name == "gemma2" and local["scaling"] != entry["scaling"]:
+            raise UsageError(f"{what}: sliding and full layers are scaled differently; llama.cpp's gemma2 gives "
+                             "sliding layers the full layers' scale")
+        if not config.get("sliding_window"):
+            raise UsageError(f"{what}: layer_types has sliding layers but config.json has no sliding_window")
+        kv += [(f"{prefix}.rope.freq_base_swa", local["base"], "float32"),
+               (f"{prefix}.attention.sliding_window", int(config["sliding_window"]), "uint32"),
+               (f"{prefix}.attention.sliding_window_pattern", sliding, "array")]
+    elif family.name == "gemma2":
+        raise UsageError(f"{what}: no sliding layer; llama.cpp's gemma2 always slides (window 4096 when the file "
+                         "names none) on the layers of its pattern")
+    return kv, generated, entry
+
+
+def _refuse_sliding_window(family, config, what):
+    """A sliding window narrower than the context is refused for the architectures whose llama.cpp loader has
+    none: llama.cpp would attend to every earlier token (src/models/llama.cpp, qwen2.cpp, gemma.cpp read no
+    window; phi3.cpp reads it and turns it off, "Phi SWA is currently disabled")."""
+    window = config.get("sliding_window")
+    if family.name == "qwen2" and not (config.get("use_sliding_window") or
+                                       "sliding_attention" in (config.get("layer_types") or ())):
+        return  # Qwen2's window applies only with use_sliding_window
+    if window and int(window) < int(config["max_position_embeddings"]):
+        runs = "turns it off" if family.name == "phi3" else "reads no window for this architecture"
+        raise UsageError(f"{what}: sliding_window {window} is narrower than the context "
+                         f"({config['max_position_embeddings']}); llama.cpp's {family.arch} attends to every earlier "
+                         f"token (its loader {runs}), so prompts longer than {window} tokens would give other logits")
+
+
+def _gemma_kv(family, config, prefix, layers, heads, head_dim):
+    """Gemma 2/3 attention keys llama.cpp reads, or a UsageError for what it would compute otherwise: the
+    attention scale is fixed by the loader (`1 / sqrt(head_dim)`, for 46/62-layer models `1 / sqrt(hidden /
+    heads)`), Gemma 2 always soft-caps attention and final logits (defaults 50 and 30 when the file names
+    none), Gemma 3 never soft-caps attention."""
+    what = f"hf-{family.name}-to-gguf"
+    big = layers == (46 if family.name == "gemma2" else 62)
+    llama_scalar = config["hidden_size"] // heads if big else head_dim
+    scalar = config.get("query_pre_attn_scalar")
+    if scalar is not None and float(scalar) != float(llama_scalar):
+        raise UsageError(f"{what}: query_pre_attn_scalar {scalar}, but llama.cpp's {family.arch} scales queries by "
+                         f"1/sqrt({llama_scalar}) ({'hidden / heads' if big else 'head_dim'} for {layers} layers)")
+    kv = []
+    attn_cap, final_cap = config.get("attn_logit_softcapping"), config.get("final_logit_softcapping")
+    if family.name == "gemma2":
+        if attn_cap is None or final_cap is None:
+            raise UsageError(f"{what}: attn_logit_softcapping {attn_cap}, final_logit_softcapping {final_cap}; "
+                             "llama.cpp's gemma2 soft-caps both (50 and 30 when the file names none)")
+        kv.append((f"{prefix}.attn_logit_softcapping", float(attn_cap), "float32"))
+    elif attn_cap is not None:
+        raise UsageError(f"{what}: attn_logit_softcapping {attn_cap}; llama.cpp's gemma3 does not soft-cap attention")
+    if final_cap is not None:
+        kv.append((f"{prefix}.final_logit_softcapping", float(final_cap), "float32"))
+    return kv
 
 
 def tokenizer_kv(directory, vocab_size):
@@ -246,7 +345,15 @@ def hf_to_gguf(family_name, reader, options):
     layers = int(config["num_hidden_layers"])
     schedule = hf_config.schedule(config, what)
     prefix = family.arch
-    rope_kv, generated, entry = _rope_metadata(family, config, schedule, prefix)
+    if family.swa_pattern:
+        rope_kv, generated, entry = _swa_rope_metadata(family, config, schedule, prefix, layers)
+        rope_kv += _gemma_kv(family, config, prefix, layers, heads, head_dim)
+        if family.name == "gemma2" and "lm_head.weight" in reader:
+            raise UsageError("hf-gemma2-to-gguf: lm_head.weight is not the embedding (tie_word_embeddings false); "
+                             "llama.cpp's gemma2 computes the output with token_embd")
+    else:
+        _refuse_sliding_window(family, config, what)
+        rope_kv, generated, entry = _rope_metadata(family, config, schedule, prefix)
     rename = [(hf, gg) for hf, gg in family.global_names if hf in reader]
     layer_glob = family.hf_layer.format(i="*")
     rename += [(layer_glob + hf, "blk.*." + gg) for hf, gg in family.layer_names
@@ -289,6 +396,8 @@ def hf_to_gguf(family_name, reader, options):
     if config.get("head_dim") and int(config["head_dim"]) != config["hidden_size"] // heads:
         kv += [(f"{prefix}.attention.key_length", head_dim, "uint32"),
                (f"{prefix}.attention.value_length", head_dim, "uint32")]
+    if family.name == "gpt-neox":  # required by llama.cpp's gptneox loader (GPTNeoXModel.set_gguf_parameters)
+        kv.append((f"{prefix}.use_parallel_residual", bool(config.get("use_parallel_residual", True)), "bool"))
     kv += rope_kv
     token_kv, token_note = tokenizer_kv(os.path.dirname(os.path.abspath(reader.path)), vocab)
     kv += token_kv
@@ -377,7 +486,8 @@ def _hf_config_from_gguf(family, reader, options):
               "eos_token_id": md.get("tokenizer.ggml.eos_token_id"),
               "pad_token_id": md.get("tokenizer.ggml.padding_token_id")}
     if family.name == "gpt-neox":
-        config.update(rotary_pct=n_rot / head_dim, use_parallel_residual=True)
+        config.update(rotary_pct=n_rot / head_dim,
+                      use_parallel_residual=bool(md.get(f"{a}.use_parallel_residual", True)))
         config.pop("head_dim")
     elif n_rot != head_dim:
         config["partial_rotary_factor"] = n_rot / head_dim
@@ -486,5 +596,6 @@ PRESETS = {"hf-llama-to-gguf": _preset("to", "llama"), "gguf-to-hf-llama": _pres
            "hf-mistral-to-gguf": _preset("to", "llama"),
            "hf-qwen2-to-gguf": _preset("to", "qwen2"), "gguf-to-hf-qwen2": _preset("from", "qwen2"),
            "hf-gemma-to-gguf": _preset("to", "gemma"), "gguf-to-hf-gemma": _preset("from", "gemma"),
+           "hf-gemma2-to-gguf": _preset("to", "gemma2"), "hf-gemma3-to-gguf": _preset("to", "gemma3"),
            "hf-phi3-to-gguf": _preset("to", "phi3"), "gguf-to-hf-phi3": _preset("from", "phi3"),
            "hf-gpt-neox-to-gguf": _preset("to", "gpt-neox"), "gguf-to-hf-gpt-neox": _preset("from", "gpt-neox")}
