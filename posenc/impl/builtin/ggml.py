@@ -1,0 +1,152 @@
+"""ggml's rotary op, llama.cpp's RoPE: `ggml_rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base,
+freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)` and `ggml_rope_multi(..., sections[4], mode, ...)`
+(ggml include/ggml.h, src/ggml-cpu/ops.cpp), through the ctypes bindings of ggml-python 0.0.45 (its vendored
+ggml; the sdist builds the CPU library, about 100 s).
+
+Mapping of the contract (tensors are `ne = [head_dim, heads, tokens]`, NumPy `[tokens, heads, dim]`):
+
+* every token of `x` is one row with its own position: `a [tokens, 1, dim]`, `b` int32 `[tokens]` (four
+  streams `[4 * tokens]` for `ggml_rope_multi`); `n_dims = rotary_dim` (channels past it pass through).
+* modes: `half` -> NEOX (2), `interleaved` -> NORMAL (0); a 3-axis section with shared frequencies ->
+  MROPE (8) with `sections = [s_t, s_h, s_w, 0]`, interleaved sections -> IMROPE (40); the 4th stream is 0,
+  as llama.cpp fills it for text; two axes with per-axis frequencies over the whole head (Qwen2-VL's
+  vision tower) -> VISION (24) with `n_dims = dim / 2` and `sections = [dim / 4, dim / 4, 0, 0]`.
+* scalings as llama.cpp passes them: linear -> `freq_scale = 1 / factor`; yarn -> `freq_scale = 1 /
+  factor`, `ext_factor = 1`, `beta_fast`, `beta_slow`, `n_ctx_orig = original_max_position_embeddings`
+  (ggml multiplies by `1 + 0.1 ln(factor)` itself); llama3, longrope and llama.cpp's freq factors -> the
+  factors tensor `c` (theta is divided by it: `inv_default / inv_scaled` of the spec, as llama.cpp's
+  converter writes `rope_freqs`) with the spec's magnitude as `attn_factor`. Others are skips.
+
+Precision class "float32": theta is formed iteratively in float32 (`theta *= theta_scale` per pair).
+ggml aborts the process on a failed GGML_ASSERT, so every shape it asserts on is checked here first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ...adapters import NotSupported
+from ..implementation import Implementation, ImplementationUnavailable
+from ._rope_inputs import frequencies, rotary_width, token_positions
+
+DISTRIBUTION = "ggml-python"
+
+NORMAL, NEOX, MROPE, VISION, IMROPE = 0, 2, 8, 24, 40
+_FACTOR_TYPES = ("llama3", "longrope", "llamacpp-freq-factors")
+
+
+def _ggml():
+    try:
+        import ggml
+        import ggml.utils
+    except (ImportError, OSError) as error:
+        raise ImplementationUnavailable(f"--impl ggml: ggml-python does not load ({error}); "
+                                        f"pip install ggml-python builds it from source") from error
+    return ggml
+
+
+def rope_params(rotary_dim: int, *, base, scaling, positions) -> dict:
+    """ggml's `n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow` and the
+    factors `c` (float32 `[r/2]` or None) for the contract's `base` and `scaling`."""
+    from posenc_np import rope_frequencies
+
+    params = dict(n_ctx_orig=0, freq_base=float(base), freq_scale=1.0, ext_factor=0.0, attn_factor=1.0,
+                  beta_fast=32.0, beta_slow=1.0, factors=None)
+    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        return params
+    if kind == "linear":
+        return {**params, "freq_scale": 1.0 / float(scaling["factor"])}
+    if kind == "yarn":
+        extra = sorted(set(scaling) - {"rope_type", "type", "factor", "original_max_position_embeddings",
+                                       "beta_fast", "beta_slow", "truncate"})
+        if extra or scaling.get("truncate", True) is not True:
+            raise NotSupported(f"llama.cpp's YaRN parameters have no {', '.join(extra) or 'truncate=False'}")
+        return {**params, "freq_scale": 1.0 / float(scaling["factor"]), "ext_factor": 1.0,
+                "n_ctx_orig": int(scaling["original_max_position_embeddings"]),
+                "beta_fast": float(scaling.get("beta_fast", 32.0)), "beta_slow": float(scaling.get("beta_slow", 1.0))}
+    if kind in _FACTOR_TYPES:
+        inv, attention_scale = frequencies(rotary_dim, base=base, scaling=scaling, positions=positions)
+        default, _ = rope_frequencies(rotary_dim, base=base)
+        return {**params, "factors": (default / inv).astype(np.float32), "attn_factor": float(attention_scale)}
+    raise NotSupported(f"llama.cpp passes linear, yarn and frequency factors (llama3, longrope) to ggml; "
+                       f"not {kind!r}")
+
+
+def _mode(x_shape, rotary_dim, layout, mrope_section, mrope_interleaved, mrope_frequencies):
+    """`(mode, n_dims, sections or None, axes)` of ggml for the contract's layout and multi-axis options."""
+    if mrope_section is None:
+        return (NEOX if layout == "half" else NORMAL), rotary_dim, None, None
+    dim = x_shape[-1]
+    if layout != "half":
+        raise NotSupported("ggml's multi-axis modes rotate halves (NEOX pairs) only")
+    if mrope_frequencies == "shared" and not np.isscalar(mrope_section) and len(mrope_section) == 3:
+        sections = [int(s) for s in mrope_section] + [0]
+        return (IMROPE if mrope_interleaved else MROPE), rotary_dim, sections, 3
+    two_even = np.isscalar(mrope_section) and int(mrope_section) == 2
+    if mrope_frequencies == "per-axis" and two_even and rotary_dim == dim and dim % 4 == 0 and not mrope_interleaved:
+        return VISION, dim // 2, [dim // 4, dim // 4, 0, 0], 2
+    raise NotSupported(f"ggml_rope_multi has MROPE/IMROPE (3 axes, shared frequencies) and VISION (2 axes, "
+                       f"per-axis over the whole head); not mrope_section={mrope_section!r}, "
+                       f"mrope_frequencies={mrope_frequencies!r}")
+
+
+def _compute(x_rows: np.ndarray, streams: np.ndarray, *, mode, n_dims, sections, params) -> np.ndarray:
+    """Run one rope node on `x_rows [tokens, 1, dim]` with int32 `streams` in a fresh ggml context."""
+    ggml = _ggml()
+    factors = params["factors"]
+    size = 4 * x_rows.nbytes + streams.nbytes + (0 if factors is None else factors.nbytes) + 16 * 2**20
+    ctx = ggml.ggml_init(ggml.ggml_init_params(mem_size=size, mem_buffer=None))
+    try:
+        a = ggml.utils.from_numpy(x_rows, ctx)
+        b = ggml.utils.from_numpy(streams, ctx)
+        c = None if factors is None else ggml.utils.from_numpy(factors, ctx)
+        tail = (params["n_ctx_orig"], params["freq_base"], params["freq_scale"], params["ext_factor"],
+                params["attn_factor"], params["beta_fast"], params["beta_slow"])
+        if sections is None:
+            out = ggml.ggml_rope_ext(ctx, a, b, c, n_dims, mode, *tail)
+        else:
+            out = ggml.ggml_rope_multi(ctx, a, b, c, n_dims, (ctypes.c_int * 4)(*sections), mode, *tail)
+        graph = ggml.ggml_new_graph(ctx)
+        ggml.ggml_build_forward_expand(graph, out)
+        ggml.ggml_graph_compute_with_ctx(ctx, graph, 1)
+        return np.array(ggml.utils.to_numpy(out))
+    finally:
+        ggml.ggml_free(ctx)
+
+
+def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    """The contract's `apply_rope` through one ggml rope node (NumPy in, NumPy out)."""
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float16):
+        raise NotSupported(f"ggml-python passes float32 and float16 tensors, not {x.dtype}")
+    r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+    mode, n_dims, sections, axes = _mode(x.shape, r, layout, mrope_section, mrope_interleaved, mrope_frequencies)
+    tokens = token_positions(x.shape, positions, axes=axes)
+    pos_all = np.asarray(positions)
+    params = rope_params(r, base=base, scaling=scaling, positions=pos_all)
+    if np.abs(tokens).max(initial=0) >= 2**31:
+        raise NotSupported("ggml positions are int32")
+    if axes is None:
+        streams = tokens.reshape(-1)
+    else:
+        flat = tokens.reshape(axes, -1)
+        streams = np.concatenate([flat, np.zeros((4 - axes, flat.shape[1]), flat.dtype)]).reshape(-1)
+    rows = np.ascontiguousarray(x.reshape(-1, 1, x.shape[-1]))
+    out = _compute(rows, np.ascontiguousarray(streams, dtype=np.int32), mode=mode, n_dims=n_dims,
+                   sections=sections, params=params)
+    return out.reshape(x.shape).astype(x.dtype, copy=False)
+
+
+def load() -> Implementation:
+    import importlib.metadata
+
+    _ggml()
+    return Implementation("ggml", "numpy", {"apply_rope": apply_rope},
+                          version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "float16"),
+                          angles="float32",
+                          description="ggml_rope_ext / ggml_rope_multi (NORMAL, NEOX, MROPE, IMROPE, VISION), "
+                                      "llama.cpp's scaling parameters")
