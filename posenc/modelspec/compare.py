@@ -30,15 +30,18 @@ import numpy as np
 
 from posenc_np.scaling import resolve_scaling
 from posenc_np.testing import tolerance
+
 from .canonical import LayerSpec, ModelSpec
 
 __all__ = ["Comparison", "compare_specs", "layer_horizon", "logit_rms_difference", "probe_positions",
-           "BF16_LOGIT_TOL", "HORIZON_LIMIT"]
+           "band_probe_positions", "BF16_LOGIT_TOL", "HORIZON_LIMIT", "PROBE_COUNT"]
 
 #: bfloat16 tolerance of a unit-scale logit (posenc_np.testing policy).
 BF16_LOGIT_TOL = float(tolerance("bfloat16").atol)
 #: The largest position the horizon search looks at.
 HORIZON_LIMIT = 2 ** 20
+#: The most probe positions `band_probe_positions` returns.
+PROBE_COUNT = 48
 
 
 @dataclass
@@ -310,14 +313,49 @@ def compare_specs(a: ModelSpec, b: ModelSpec, *, limit: int = HORIZON_LIMIT, tol
     return out
 
 
-def probe_positions(spec: ModelSpec, *, limit: int | None = None, count: int = 48) -> np.ndarray:
-    """Positions to probe a port at, chosen per frequency band up to the horizon the settings imply.
+def band_probe_positions(turns, limit: int, *, boundaries=(), count: int = PROBE_COUNT) -> np.ndarray:
+    """The one rule for where to probe rotary settings: `posenc spec`'s probes, and every logits check of
+    `posenc port` (the rope-logits, MLA, GGUF and keras-hub checks) choose their positions here.
 
-    For every rotary layer and frequency band j (angle `w_j` per position), the positions where that band
-    has turned a quarter and a half turn (`pi / (2 w_j)`, `pi / w_j`): a wrong base or scaling of that band
-    moves its logits most there. Plus 0..7 (short prompts), the original context length and one past it
-    (where dynamic NTK and LongRoPE switch), and the last position `limit - 1`. `limit` defaults to the
-    spec's `max_position_embeddings` (capped at 2^20). At most `count` positions, spread log-uniformly.
+    For every frequency band j of every setting (`turns[k][j]` turns per position, `inv_freq / 2 pi`), the
+    positions where that band has turned a quarter and a half turn (`0.25 / turns`, `0.5 / turns`): a wrong
+    base, scaling or layout of that band moves its logits most there. Plus 0..7 (short prompts), the given
+    `boundaries` (where the settings switch: the original context length and one before it) and the last
+    position `limit - 1`. At most `count` positions: 0..7 kept, the rest spread log-uniformly.
+
+    Args:
+        turns: iterable of float arrays, one per rotary setting (layers that differ).
+        limit: one past the last position to probe (the context length).
+        boundaries: positions to include when below `limit`.
+        count: the most positions returned.
+
+    Returns:
+        int64 sorted unique positions in `[0, limit)`.
+
+    Example:
+        >>> band_probe_positions([[0.5, 0.01]], 64).tolist()
+        [0, 1, 2, 3, 4, 5, 6, 7, 25, 50, 63]
+    """
+    limit = int(limit)
+    points = [np.arange(min(8, limit)), [limit - 1], list(boundaries)]
+    for band in turns:
+        band = np.asarray(band, dtype=np.float64)
+        band = band[band > 0]
+        points += [0.25 / band, 0.5 / band]
+    values = np.concatenate([np.asarray(p, dtype=np.float64) for p in points])
+    values = np.unique(np.round(values[(values >= 0) & (values < limit)])).astype(np.int64)
+    short, rest = values[values < 8], values[values >= 8]
+    if rest.size > count - short.size:
+        keep = np.unique(np.round(np.geomspace(1, rest.size, count - short.size)).astype(int) - 1)
+        rest = rest[keep]
+    return np.concatenate([short, rest])
+
+
+def probe_positions(spec: ModelSpec, *, limit: int | None = None, count: int = PROBE_COUNT) -> np.ndarray:
+    """Positions to probe a port at, chosen per frequency band up to the horizon the settings imply:
+    `band_probe_positions` of every distinct rotary layer, with the original context length as a boundary
+    (where dynamic NTK and LongRoPE switch). `limit` defaults to the spec's `max_position_embeddings`
+    (capped at 2^20).
 
     Returns:
         int64 sorted unique positions.
@@ -329,17 +367,7 @@ def probe_positions(spec: ModelSpec, *, limit: int | None = None, count: int = 4
         [0, 1, 2, 3, 4, 5, 6, 7]
     """
     limit = int(min(limit or spec.max_position_embeddings or HORIZON_LIMIT, HORIZON_LIMIT))
-    points = [np.arange(min(8, limit)), [limit - 1]]
-    if spec.original_max_position_embeddings:
-        points.append([spec.original_max_position_embeddings - 1, spec.original_max_position_embeddings])
-    for layer in {repr(layer): layer for layer in spec.layers if layer.rope}.values():
-        turns = layer.plan().turns
-        turns = turns[turns > 0]
-        points += [0.25 / turns, 0.5 / turns]
-    values = np.concatenate([np.asarray(p, dtype=np.float64) for p in points])
-    values = np.unique(np.round(values[(values >= 0) & (values < limit)])).astype(np.int64)
-    short, rest = values[values < 8], values[values >= 8]
-    if rest.size > count - short.size:
-        keep = np.unique(np.round(np.geomspace(1, rest.size, count - short.size)).astype(int) - 1)
-        rest = rest[keep]
-    return np.concatenate([short, rest])
+    original = spec.original_max_position_embeddings
+    layers = {repr(layer): layer for layer in spec.layers if layer.rope}.values()
+    return band_probe_positions([layer.plan().turns for layer in layers], limit,
+                                boundaries=[original - 1, original] if original else (), count=count)

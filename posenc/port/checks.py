@@ -1,5 +1,6 @@
 """Verification of a written port: recompute what the encodings feed, on the source and on the target,
 and the helpers the presets' own checks share (`probe_positions`, `rope_logits`, `layer_of_key`).
+Every logits check probes where `posenc.modelspec.compare.band_probe_positions` says (the one probe rule).
 
 Every check reads the target back from the written file (through its own format's reader, i.e.
 safetensors / torch / h5py / flax msgpack) and compares it with the source under the tolerance policy
@@ -7,11 +8,13 @@ safetensors / torch / h5py / flax msgpack) and compares it with the source under
 
 * `written`: every output tensor equals the declared conversion of its source tensor (exact).
 * `rope-logits`: for each q/k pair, attention logits `q . k` with RoPE in the source layout on the
-  source weights vs the target layout on the target weights, at probe positions up to 8191, in
-  float64 (`posenc_np.apply_rope`); grouped-query k heads are repeated as the models do. A missing or
+  source weights vs the target layout on the target weights, at the probe positions of the pair's
+  frequencies (`rope_probe_positions`: a quarter and half turn of every band, 0..7, the original context of
+  a scaling, up to 8191), in float64 (`posenc_np.apply_rope`); grouped-query k heads are repeated as the models do. A missing or
   inverted permutation, or q and k head dims that disagree, fails here (scores differ by O(1)).
   With a multi-axis RoPE (`mrope_section` in the settings: Qwen2-VL / Qwen3-VL), one check per probe
-  prompt: text only, text + image, text + video (`MROPE_PROBES`, the ids of `mrope_position_ids`), each
+  prompt: text only (the probe positions on every axis), text + image, text + video (`MROPE_VISION_PROBES`,
+  the ids of `mrope_position_ids`), each
   rotated with the section and interleaving of the settings. With per-layer settings (`rope["layers"]`, from
   an `--hf-config` whose layers differ: posenc/port/hf_config.py), each pair is checked with the settings of
   the layer its glob captures name (a NoPE layer without rotation), and the check's note names the layer type.
@@ -40,18 +43,19 @@ import numpy as np
 from posenc_np.learned import learned, resize_table
 from posenc_np.mrope import mrope_position_ids
 from posenc_np.relative import relative_embeddings
-from posenc_np.rope import apply_rope
+from posenc_np.rope import apply_rope, rope_frequencies
 from posenc_np.t5 import t5_bias
 from posenc_np.testing import compare, tolerance
 
 from ..adapters import BACKENDS, adapter
 from ..formats.base import drop_pages
+from ..modelspec.compare import band_probe_positions
 
-__all__ = ["Check", "verify_plan", "PROBE_POSITIONS", "MROPE_PROBES", "probe_positions", "rope_logits",
-           "layer_of_key", "installed_backends", "framework_resize_checks"]
+__all__ = ["Check", "verify_plan", "PROBE_LIMIT", "MROPE_VISION_PROBES", "mrope_probes", "probe_positions",
+           "rope_probe_positions", "rope_logits", "layer_of_key", "installed_backends", "framework_resize_checks"]
 
-# short-range positions and long-range ones where a wrong base or scaling shows
-PROBE_POSITIONS = np.array([0, 1, 2, 3, 7, 100, 511, 2047, 4095, 8191])
+#: One past the last position a logits check probes when the port names no context length.
+PROBE_LIMIT = 8192
 
 
 def _mrope_probe(types, **grids):
@@ -59,33 +63,33 @@ def _mrope_probe(types, **grids):
     return ids[:, 0]
 
 
-#: Multi-axis probes `[3, seq]`: a text run (all axes equal), text + a 4 x 6 image (ids differ per axis), text +
-#: a 3-frame video 2 s per grid step (temporal ids 4 apart), each resuming text after the vision run.
-MROPE_PROBES = {
-    "text": np.broadcast_to(PROBE_POSITIONS, (3, len(PROBE_POSITIONS))),
+#: Multi-axis vision probes `[3, seq]`: text + a 4 x 6 image (ids differ per axis), text + a 3-frame video 2 s per
+#: grid step (temporal ids 4 apart), each resuming text after the vision run.
+MROPE_VISION_PROBES = {
     "image": _mrope_probe([0, 0, 0] + [1] * 6 + [0, 0], image_grid_thw=[[1, 4, 6]]),
     "video": _mrope_probe([0, 0] + [2] * 12 + [0, 0, 0], video_grid_thw=[[3, 4, 4]], second_per_grid_ts=[2.0]),
 }
 
 
-def probe_positions(inv_freq, context, *, bands=6, boundaries=()):
-    """Positions where each frequency band is informative, up to `context - 1`.
+def mrope_probes(text_positions) -> dict:
+    """The multi-axis probe prompts: "text" (`text_positions` on every axis, `[3, seq]`) and the vision ones."""
+    text = np.asarray(text_positions, dtype=np.int64)
+    return {"text": np.broadcast_to(text, (3, len(text))), **MROPE_VISION_PROBES}
 
-    Start 0..3, then for `bands` pairs spread from the fastest to the slowest frequency, a quarter, a
-    half and a whole wavelength `2 pi / w_j` (where a wrong layout or a wrong frequency moves the
-    logits by O(1)), the given `boundaries` (scaling thresholds: the original context) and the last
-    position the settings allow."""
-    inv_freq = np.asarray(inv_freq, np.float64)
-    positions = {0, 1, 2, 3, int(context) - 1, *[int(b) for b in boundaries if 0 <= b < context]}
-    for j in np.unique(np.linspace(0, len(inv_freq) - 1, min(bands, len(inv_freq))).round().astype(int)):
-        if inv_freq[j] <= 0:
-            continue
-        wavelength = 2 * math.pi / inv_freq[j]
-        for fraction in (0.25, 0.5, 1.0):
-            p = int(round(wavelength * fraction))
-            if 0 < p < context:
-                positions.add(p)
-    return np.array(sorted(positions), dtype=np.int64)
+
+def probe_positions(inv_freq, limit=PROBE_LIMIT, *, boundaries=()) -> np.ndarray:
+    """`band_probe_positions` of one rotary setting given as `inv_freq` (radians per position), up to `limit - 1`."""
+    return band_probe_positions([np.asarray(inv_freq, np.float64) / (2 * math.pi)], limit, boundaries=boundaries)
+
+
+def rope_probe_positions(rope, head_dim, limit=PROBE_LIMIT) -> np.ndarray:
+    """The probe positions of the settings `rope` (`base`, `scaling`, `rotary_dim`, None: `head_dim`) up to
+    `limit - 1`, the scaling's original context length a boundary; 0..7 and `limit - 1` for a NoPE layer."""
+    if rope.get("nope"):
+        return band_probe_positions([], limit)
+    inv_freq, _ = rope_frequencies(rope.get("rotary_dim") or head_dim, base=rope["base"], scaling=rope["scaling"])
+    original = (rope["scaling"] or {}).get("original_max_position_embeddings")
+    return probe_positions(inv_freq, limit, boundaries=[original - 1, original] if original else ())
 
 
 def layer_of_key(key):
@@ -146,7 +150,7 @@ def _project(x, weight, transposed=False):
     return out
 
 
-def rope_logits(q, k, heads, kv_heads, rope, layout, positions=PROBE_POSITIONS):
+def rope_logits(q, k, heads, kv_heads, rope, layout, positions):
     """Float64 logits `[heads, seq, seq]` of projections `q`, `k` (`[seq, heads * head_dim]`) at
     `positions` (`[seq]`, or `[A, seq]` with the settings' `mrope_section`) under RoPE `layout`; the kv
     heads are repeated as grouped-query attention does."""
@@ -281,7 +285,8 @@ def _rope_checks(entries, source, by_target, rope, rng):
             out.append(Check("rope-logits", f"{q_entry.target} . {k_entry.target}", float("inf"), 0.0, "", False,
                              layer_note))
             continue
-        probes = MROPE_PROBES if rope.get("mrope_section") is not None else {None: PROBE_POSITIONS}
+        positions = rope_probe_positions(layer_rope, q_entry.tags["head_dim"])
+        probes = mrope_probes(positions) if rope.get("mrope_section") is not None else {None: positions}
         for probe, positions in probes.items():
             x = rng.standard_normal((positions.shape[-1], q_entry.source_shape[-1]))
             q_src, k_src = (_project(x, _before(e, ("rope", "transpose"))(source)) for e in (q_entry, k_entry))

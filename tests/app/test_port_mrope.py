@@ -1,6 +1,6 @@
 """`posenc port` of a multi-axis RoPE model (Qwen2-VL / Qwen3-VL text attention): the section and its
 interleaving are read from the HF config, carried in the sidecar, and the attention logits are verified on
-text, image and video positions (posenc/port/verify.py `MROPE_PROBES`)."""
+text, image and video positions (posenc/port/checks.py `mrope_probes`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 
 from posenc import cli as port_cli
 from posenc.port import mapping
-from posenc.port.checks import MROPE_PROBES
+from posenc.port.checks import mrope_probes
+
+PROBES = mrope_probes(np.arange(10))
 
 pytest.importorskip("safetensors")
 
@@ -47,7 +49,7 @@ def test_section_reaches_verification_and_sidecar(tmp_path, model_type, interlea
     assert _port(tmp_path) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     logits = [c for c in report["checks"] if c["kind"] == "rope-logits"]
-    assert [c["name"].split("(")[-1] for c in logits] == [f"{p} positions)" for p in MROPE_PROBES]
+    assert [c["name"].split("(")[-1] for c in logits] == [f"{p} positions)" for p in PROBES]
     assert all(c["passed"] for c in logits)
     rope = json.loads((tmp_path / "dst.safetensors.rope.json").read_text())["rope"]
     assert rope["mrope_section"] == ([2, 3, 3] if not interleaved else [4, 2, 2])
@@ -56,10 +58,10 @@ def test_section_reaches_verification_and_sidecar(tmp_path, model_type, interlea
 
 
 def test_probes_differ_per_axis_where_they_should():
-    assert np.array_equal(MROPE_PROBES["text"][0], MROPE_PROBES["text"][2])
+    assert np.array_equal(PROBES["text"][0], PROBES["text"][2])
     for probe in ("image", "video"):
-        assert not np.array_equal(MROPE_PROBES[probe][1], MROPE_PROBES[probe][2])
-    assert len(set(MROPE_PROBES["video"][0].tolist())) > len(set(MROPE_PROBES["image"][0].tolist()))
+        assert not np.array_equal(PROBES[probe][1], PROBES[probe][2])
+    assert len(set(PROBES["video"][0].tolist())) > len(set(PROBES["image"][0].tolist()))
 
 
 def test_broken_permutation_fails_on_every_probe(tmp_path, monkeypatch, capsys):

@@ -7,7 +7,8 @@
   shared rope key after the `kv_lora_rank` latent rows) are permuted evens-then-odds
   (`posenc_np.mla_rope_permutation`, Megatron's `t[0::2], t[1::2]`). Reads `config.json` beside SOURCE.
   Verified by `mla_logits_check`: per layer, `mla_softmax_scale * [q_nope | R q_rope] . [k_nope_h | R k_pe]`
-  on the source (interleaved rotation) and on the target (half rotation), float64, probe positions to 8191.
+  on the source (interleaved rotation) and on the target (half rotation), float64, at the probe positions of the layer's rope frequencies up to 8191
+  (`posenc.port.checks.rope_probe_positions`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from posenc_np.schedule import rope_schedule_from_hf_config
 from posenc_np.testing import compare, tolerance
 
 from ...errors import UsageError
-from ..checks import PROBE_POSITIONS, Check
+from ..checks import Check, rope_probe_positions
 from ..hf_config import config_dict, layer_types, sidecar_layers
 from ..mapping import Op, Rules
 from ..preset import Preset, rope_sidecar
@@ -97,7 +98,7 @@ def _mla_logits(q, c_kv, w_kv_b, heads, nope, rope, latent, entry, layout, posit
 
 def mla_logits_check(layers, schedule, *, heads, nope, rope, latent, q_name, seed=0):
     """Extra verification of `hf-deepseek-mla-to-half`: per layer, the MLA attention logits of the source weights
-    rotated as interleaved pairs vs the target weights rotated by halves (float64 spec, `PROBE_POSITIONS`)."""
+    rotated as interleaved pairs vs the target weights rotated by halves (float64 spec, `rope_probe_positions`)."""
 
     def run(source, target):
         rng = np.random.default_rng(seed)
@@ -107,17 +108,18 @@ def mla_logits_check(layers, schedule, *, heads, nope, rope, latent, q_name, see
             names = [f"model.layers.{i}.self_attn.{n}.weight" for n in (q_name, "kv_a_proj_with_mqa", "kv_b_proj")]
             (wq_s, wkv_s, wb_s), (wq_t, wkv_t, wb_t) = (
                 [np.asarray(reader.get(n), np.float64) for n in names] for reader in (source, target))
-            x_q = rng.standard_normal((len(PROBE_POSITIONS), wq_s.shape[1]))
-            x_kv = rng.standard_normal((len(PROBE_POSITIONS), wkv_s.shape[1]))
+            positions = rope_probe_positions({**entry, "rotary_dim": rope}, rope)
+            x_q = rng.standard_normal((len(positions), wq_s.shape[1]))
+            x_kv = rng.standard_normal((len(positions), wkv_s.shape[1]))
             desired = _mla_logits(x_q @ wq_s.T, x_kv @ wkv_s.T, wb_s, heads, nope, rope, latent, entry,
-                                  "interleaved", PROBE_POSITIONS)
+                                  "interleaved", positions)
             actual = _mla_logits(x_q @ wq_t.T, x_kv @ wkv_t.T, wb_t, heads, nope, rope, latent, entry, "half",
-                                 PROBE_POSITIONS)
+                                 positions)
             r = compare(actual, desired, tolerance("float64", scale=float(np.abs(desired).max())))
             out.append(Check("mla-logits", f"layer {i}: {q_name} . [kv_b_proj | kv_a_proj_with_mqa rope rows]",
                              r.max_abs_err, r.atol, r.tol_why, r.passed,
                              f"interleaved rope slice on SOURCE vs half on TARGET, positions up to "
-                             f"{PROBE_POSITIONS.max()}, base {entry['base']:g}, "
+                             f"{positions.max()}, base {entry['base']:g}, "
                              f"{(entry['scaling'] or {}).get('rope_type', 'default')} scaling"))
         return out
 
