@@ -58,5 +58,5 @@ class KERPLEBias(nnx.Module):
 
     def __call__(self, q_positions, k_positions):
         r1 = jnp.maximum(self.r1[...], self.eps)
-        r2 = jnp.clip(self.r2[...], self.eps, 2.0) if self.kernel == "power" else jnp.maximum(self.r2[...], self.eps)
+        r2 = jnp.clip(self.r2[...], self.eps, self.config.r2_max)
         return kerple_bias(r1, r2, q_positions, k_positions, kernel=self.kernel)

@@ -277,6 +277,12 @@ class KERPLEConfig(ModuleConfig):
         check_kerple_params((num_heads,), (num_heads,), self.kernel)
         self._set(num_heads=num_heads, eps=check_positive_float("eps", self.eps))
 
+    @property
+    def r2_max(self) -> float | None:
+        """The ceiling of the trainable r2: 2 for the power kernel (`|i - j| ** r2` is conditionally positive
+        definite for 0 < r2 <= 2), none for the log kernel."""
+        return 2.0 if self.kernel == "power" else None
+
 
 @dataclasses.dataclass(frozen=True)
 class FIREConfig(ModuleConfig):

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from ._dtypes import spec_output_dtype
-from ._validate import (check_choice, check_even_dim, check_position_pair, check_positive_float, check_positive_int,
-                        check_real_positions)
+from ._validate import (
+    check_choice,
+    check_even_dim,
+    check_position_pair,
+    check_positive_float,
+    check_positive_int,
+    check_real_positions,
+)
 
 __all__ = ["kerple_bias", "sandwich_bias", "KERPLE_KERNELS", "check_kerple_params", "sandwich_inv_freq",
            "sandwich_head_scale"]

@@ -185,17 +185,7 @@ def _check_proportional(params, rotary_dim):
 
 def _check_longrope(params, rotary_dim):
     _length(params, "original_max_position_embeddings")
-    for key in ("short_factor", "long_factor"):
-        value = params[key]
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-            raise ValueError(f"scaling[{key!r}] must be a list of rotary_dim/2 = {rotary_dim // 2} numbers, "
-                             f"got {value!r}")
-        array = np.asarray(value, dtype=np.float64) if len(value) else np.zeros(0)
-        if array.shape != (rotary_dim // 2,):
-            raise ValueError(f"scaling[{key!r}] has {len(value)} entries; rotary_dim={rotary_dim} needs "
-                             f"rotary_dim/2 = {rotary_dim // 2}")
-        if not np.all(np.isfinite(array)) or np.any(array <= 0):
-            raise ValueError(f"scaling[{key!r}] must hold finite numbers > 0")
+    _check_factor_lists(params, rotary_dim, ("short_factor", "long_factor"))
     if params["factor"] is None and params["attention_factor"] is None:
         raise ValueError("rope_type='longrope' needs scaling['factor'] (max_position_embeddings / "
                          "original_max_position_embeddings, what HF derives from the model config) or "
@@ -433,10 +423,6 @@ SCALING_TYPES = MappingProxyType({t.name: t for t in [
     ScalingType("llamacpp-freq-factors", ("freq_factors",), {}, _freq_factors, _check_freq_factors,
                 source="llama.cpp GGUF tensor rope_freqs (ggml_rope_ext freq_factors; convert_hf_to_gguf.py)"),
 ]})
-
-# Keys a pasted HF dict may carry that belong to other arguments.
-_FOREIGN = {"rope_theta": "base", "partial_rotary_factor": "rotary_dim / rotary_pct"}
-
 
 def resolve_scaling(scaling, *, rotary_dim: int, base: float) -> tuple[ScalingType, dict]:
     """Validate a scaling dict and return its registry entry and its parameters with defaults filled.

@@ -21,8 +21,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from posenc_np._dtypes import dtype_name  # noqa: E402
-from posenc_np._validate import (check_integer_positions, check_position_axes, check_position_pair,  # noqa: E402
-                                 check_traced_integer)
+from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer  # noqa: E402
 
 if keras.backend.backend() != "tensorflow":  # the layers call TensorFlow ops directly
     raise ImportError(f"posenc_tf needs KERAS_BACKEND=tensorflow, keras is using {keras.backend.backend()!r}")

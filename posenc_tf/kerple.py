@@ -9,8 +9,7 @@ from posenc_np._modules import KERPLEConfig
 from posenc_np._validate import check_positive_int
 from posenc_np.kerple import check_kerple_params, sandwich_head_scale, sandwich_inv_freq
 
-from ._common import (as_tensor, bias_output_shape, position_pair, register_serializable, resolve_dtype,
-                      spec_constant)
+from ._common import as_tensor, bias_output_shape, position_pair, register_serializable, resolve_dtype, spec_constant
 
 __all__ = ["kerple_bias", "sandwich_bias", "KERPLEBias"]
 
@@ -63,7 +62,8 @@ class KERPLEBias(keras.layers.Layer):
 
     def call(self, q_positions, k_positions):
         r1 = tf.maximum(self.r1, self.eps)
-        r2 = tf.clip_by_value(self.r2, self.eps, 2.0) if self.kernel == "power" else tf.maximum(self.r2, self.eps)
+        r2_max = self.config.r2_max
+        r2 = tf.maximum(self.r2, self.eps) if r2_max is None else tf.clip_by_value(self.r2, self.eps, r2_max)
         return tf.cast(kerple_bias(r1, r2, q_positions, k_positions, kernel=self.kernel), self.compute_dtype)
 
     def compute_output_shape(self, q_positions_shape, k_positions_shape):

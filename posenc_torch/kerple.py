@@ -14,7 +14,7 @@ __all__ = ["kerple_bias", "sandwich_bias", "KERPLEBias"]
 
 
 def _distance32(q, k, absolute):
-    """`[..., 1, q, k]` float32 (k - q or |k - q|); integer positions are subtracted as integers (exact)."""
+    """`[..., 1, q, k]` float32 (q - k or |q - k|); integer positions are subtracted as integers (exact)."""
     i, j = q[..., None, :, None], k[..., None, None, :]
     if not (q.is_floating_point() or k.is_floating_point()):
         d = i - j
@@ -64,7 +64,7 @@ class KERPLEBias(torch.nn.Module):
 
     def forward(self, q_positions, k_positions):
         r1 = self.r1.clamp(min=self.eps)
-        r2 = self.r2.clamp(min=self.eps, max=2.0) if self.kernel == "power" else self.r2.clamp(min=self.eps)
+        r2 = self.r2.clamp(min=self.eps, max=self.config.r2_max)
         return kerple_bias(r1, r2, q_positions, k_positions, kernel=self.kernel)
 
     def extra_repr(self):
