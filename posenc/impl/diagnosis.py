@@ -57,15 +57,17 @@ def _nonfinite(actual, desired) -> str | None:
     return None
 
 
-def _unrotated_rows(actual, desired, x, tol: Tolerance) -> str | None:
-    """Rows (the last axis) returned equal to the input where the spec rotates them."""
+def _unrotated_rows(actual, desired, x, tol: Tolerance, rot) -> str | None:
+    """Rows (the last axis) returned equal to the input where the spec turns them (some pair's angle has
+    |sin| > 1e-3: a row at angle 0 that only lacks the attention scale is not "unrotated")."""
     x = np.asarray(x, np.float64)
+    turned = np.any(np.abs(rot.d) > 1e-3 * max(rot.attention_scale, 1e-300), axis=-1)
     for a in _outputs(actual):
         a = np.asarray(a, np.float64)
         if a.shape != x.shape:
             continue
         same = np.all(np.abs(a - x) <= tol.atol, axis=-1)
-        moved = np.any(np.abs(desired - x) > tol.atol, axis=-1)
+        moved = np.any(np.abs(desired - x) > tol.atol, axis=-1) & turned
         rows = same & moved
         if rows.any():
             first = tuple(int(i) for i in np.argwhere(rows)[0])
@@ -171,7 +173,7 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
     rope = encoding == "apply_rope"
     if rope:
         x, positions = args[0], args[1]
-        text = _unrotated_rows(actual, desired, x, tol)
+        text = _unrotated_rows(actual, desired, x, tol, spec_rotation(np.shape(x), positions, kwargs))
         if text:
             return Diagnosis("unrotated", text)
         variants = _rope_variants(x, positions, kwargs)
