@@ -5,8 +5,8 @@ sinusoid frequencies, ALiBi slopes, T5 thresholds, resize weights, causal masks)
 while tracing (a JAX tracer, a TF graph tensor, a torch FakeTensor) breaks the next trace: JAX
 raises `UnexpectedTracerError`, TF refuses a tensor of another graph. Each test below shows a
 backend parameters it has never seen (a `base`, a length or a head count no other test uses)
-first inside a compiled function (torch.compile with aot_eager, tf.function(jit_compile=True),
-jax.jit), then retraces the same function (a new length, then a new dtype), then calls eagerly,
+first inside a compiled function (`Adapter.jit`, what `posenc check` compiles with: torch.compile
+with aot_eager, tf.function(jit_compile=True), jax.jit, mx.compile), then retraces the same function (a new length, then a new dtype), then calls eagerly,
 and compares every result with the float64 spec.
 """
 
@@ -29,28 +29,10 @@ def fresh(start: float) -> float:
     return start + 0.125 * next(_FRESH)
 
 
-def _jit(name, fn):
-    if name == "torch":
-        import torch
-
-        # the tests' lambdas share code objects, and Dynamo counts their variants against one limit
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4096)
-        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
-                                                               1 << 16)
-        return torch.compile(fn, fullgraph=True, dynamic=False, backend="aot_eager")
-    if name == "tf":
-        import tensorflow as tf
-
-        return tf.function(fn, jit_compile=True, reduce_retracing=False)
-    import jax
-
-    return jax.jit(fn)
-
-
 def _run(backend, fn, calls, desired, tol):
     """`fn` compiled, called with each `calls[i]` (NumPy arrays) in order, then eagerly with the first;
     each result compared with `desired(*args)` (float64 spec) within `tol(args, desired)`."""
-    compiled = _jit(backend.name, fn)
+    compiled = backend.jit(fn)
     for mode, args in [("jit", a) for a in calls] + [("eager", calls[0])]:
         tensors = [backend.from_numpy(a) for a in args]
         out = (compiled if mode == "jit" else fn)(*tensors)
@@ -113,7 +95,7 @@ def test_rope_cos_sin_and_frequencies_first_seen_under_jit(backend, scaling):
         inv_freq, _ = m.rope_frequencies(8, base=base, scaling=scaling, seq_len=p[-1] + 1)
         return cos, sin, inv_freq
 
-    compiled = _jit(backend.name, fn)
+    compiled = backend.jit(fn)
     for mode, n in (("jit", 8), ("jit", 16), ("eager", 8)):
         p = _positions(n)
         cos, sin, inv_freq = (backend.to_numpy(t).astype(np.float64)
@@ -181,7 +163,7 @@ def test_alibi_and_t5_first_seen_under_jit(backend):
         return m.alibi_bias(heads, q, k, form="causal"), m.t5_bias(t5_table, q, k, num_buckets=16,
                                                                    max_distance=max_distance)
 
-    compiled = _jit(backend.name, fn)
+    compiled = backend.jit(fn)
     for mode, (nq, nk) in (("jit", (4, 8)), ("jit", (8, 64)), ("eager", (4, 8))):
         q, k = _positions(nq, nk - nq), _positions(nk)
         alibi, t5 = (backend.to_numpy(t).astype(np.float64)
