@@ -205,10 +205,7 @@ def _swa_rope_metadata(family, config, schedule, prefix, layers):
         if any(e != group[0] for e in group):
             raise UsageError(f"{what}: the {name} layers' RoPE settings differ; llama.cpp's {family.arch} has one "
                              "setting per kind of layer")
-    if not full:
-        raise UsageError(f"{what}: no full-attention layer; llama.cpp's {family.arch} reads the base of full layers "
-                         "from rope.freq_base (write one layer type at least)")
-    entry = full[0]
+    entry = full[0] if full else slide[0]  # without full layers rope.freq_base is read by no layer
     kv, generated, _ = _rope_metadata(family, config, [entry], prefix)
     if slide:
         local = slide[0]
@@ -411,7 +408,9 @@ def hf_to_gguf(family_name, reader, options):
     if hf_rounding:
         extra.append(rounding.rounding_check)
     if options.outtype:
-        sidecar["gguf"]["outtype"] = options.outtype
+        sidecar["gguf"].update(outtype=options.outtype, types=types)
+    if family.swa_pattern:
+        sidecar["rope"]["layers"] = hf_config.sidecar_layers(schedule, hf_config.layer_types(config, schedule), "half")
     if not llamacpp_available():
         sidecar["gguf"]["llama.cpp"] = "not run: llama-cpp-python is not installed"
     elif dict((k, v) for k, v, _ in kv).get("tokenizer.ggml.model") == "none":

@@ -106,8 +106,16 @@ def _window(config):
 
 
 def prompt_length(config):
-    """Probe prompt length: longer than any sliding window, at least 32, at most the context length."""
-    return int(min(int(config["max_position_embeddings"]), max(32, _window(config) + 16)))
+    """Probe prompt length: longer than any sliding window, at least 32, at most the context length. With
+    LongRoPE, past the original context: llama.cpp picks the long factors when its context (the prompt length
+    rounded up to 256, llama-context.cpp) exceeds the original context, transformers when the sequence does;
+    both pick them for such a prompt (`llama_model::get_rope_factors`, src/llama-model.cpp)."""
+    length = max(32, _window(config) + 16)
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) in ("longrope", "su"):
+        original = scaling.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
+        length = max(length, int(original) + 16)
+    return int(min(int(config["max_position_embeddings"]), length))
 
 
 class Rounding:
