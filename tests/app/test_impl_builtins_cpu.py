@@ -1,0 +1,119 @@
+"""The built-in `--impl` adapters that run on a CPU with the test extras: each runs the RoPE registry (the
+suite's `rope` family, edge set included) to a verdict, and the verdict is the one observed and documented
+in docs/ecosystem.md (the libraries' versions are the pins of requirements-nodeps.txt / constraints.txt).
+
+A failure here means the library or the adapter changed what it computes; the assertions name the cases
+that fail upstream (see docs/ecosystem.md, "Findings") so any other failure is new.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from posenc.check.registry import all_cases
+from posenc.check.runner import run_implementations
+from posenc.impl.builtin import builtin_status, load_builtin
+
+
+def run_builtin(name, *, dtypes=("float32",), select=None):
+    """Records of built-in `name` over the RoPE cases (`select(case)` narrows them); skip when not installed."""
+    installed, _ = builtin_status(name)
+    if not installed:
+        pytest.skip(f"{name} is not installed")
+    cases = [c for c in all_cases() if c.family == "rope" and (select is None or select(c))]
+    return run_implementations(cases, load_builtin(name), dtypes=list(dtypes))
+
+
+def verdicts(records):
+    """`{status: count}` and the failing `(backend, convention, case, dtype) -> diagnosis`."""
+    counts = collections.Counter(r.status for r in records)
+    failing = {(r.backend, r.convention, r.case, r.dtype): r.diagnosis for r in records if r.status == "fail"}
+    return counts, failing
+
+
+def worst_angle(records, dtype="float32"):
+    return max((r.worst_angle_err for r in records if r.dtype == dtype and r.worst_angle_err is not None), default=0.0)
+
+
+def test_mlx_passes_as_float32():
+    records = run_builtin("mlx", dtypes=("float32", "bfloat16", "float16"))
+    counts, failing = verdicts(records)
+    assert failing == {} and counts["error"] == 0 and counts["pass"] >= 150, counts
+    # float32 angles at 2**20: ~0.05 rad (the float32 class), far above posenc's 1e-6 rad goal
+    assert 1e-3 < worst_angle(records) < 0.1
+    reasons = {r.message for r in records if r.status == "skip"}
+    assert any("no magnitude factor" in m for m in reasons)  # YaRN / LongRoPE: mx.fast.rope cannot scale
+
+
+#: mlx-lm 0.32.2's documented mismatches (docs/ecosystem.md): M-RoPE is plain 1-D RoPE on the temporal ids;
+#: SuScaledRoPE (longrope) always uses the long factors and ignores `traditional`.
+MLX_LM_FAILING_CONVENTIONS = {"qwen2-vl", "qwen3-vl", "half-longrope", "interleaved-longrope",
+                              "interleaved-mlx-longrope"}
+
+
+def test_mlx_lm_verdict():
+    records = run_builtin("mlx-lm")
+    counts, failing = verdicts(records)
+    assert counts["error"] == 0 and counts["pass"] >= 40, counts
+    assert {conv for _, conv, _, _ in failing} == MLX_LM_FAILING_CONVENTIONS
+    # the temporal ids on every axis; on "long" a row at t = 0 is returned unrotated, which is named first
+    assert {d for (_, conv, _, _), d in failing.items() if conv in ("qwen2-vl", "qwen3-vl")} <= {"mrope-axes", "unrotated"}
+    assert failing[("mlx-lm", "qwen3-vl", "text-image-video", "float32")] == "mrope-axes"
+    assert failing[("mlx-lm", "interleaved-mlx-longrope", "long", "float32")] == "layout"
+    assert ("mlx-lm", "half-mlx-longrope", "long", "float32") not in failing  # what mlx-lm means by longrope
+
+
+def test_gemma_passes_as_float32():
+    records = run_builtin("gemma", dtypes=("float32", "bfloat16"))
+    counts, failing = verdicts(records)
+    assert failing == {} and counts["error"] == 0 and counts["pass"] >= 40, counts
+    assert 1e-3 < worst_angle(records) < 0.1
+
+
+def test_torchtune_passes_as_float32():
+    records = run_builtin("torchtune", dtypes=("float32", "bfloat16"))
+    counts, failing = verdicts(records)
+    assert failing == {} and counts["error"] == 0 and counts["pass"] >= 30, counts
+    assert {r.case for r in records if r.status == "pass" and r.convention == "interleaved-llama3"} == {"long"}
+
+
+def test_transformer_engine_passes_as_table():
+    records = run_builtin("transformer-engine", dtypes=("float32", "bfloat16"))
+    counts, failing = verdicts(records)
+    assert failing == {} and counts["error"] == 0, counts
+    for backend in ("transformer-engine", "transformer-engine-thd"):
+        passed = {(r.convention, r.case) for r in records if r.backend == backend and r.status == "pass"}
+        # start offsets per row, and a past-the-table start refused (TE asserts)
+        assert {("edge", "row-offsets"), ("edge", "offset-past-table"), ("hf-llama", "kv-offset")} <= passed
+
+
+def test_ggml_imrope_differs_on_the_pairs_of_the_fourth_stream():
+    records = run_builtin("ggml")
+    counts, failing = verdicts(records)
+    assert counts["error"] == 0 and counts["pass"] >= 60, counts
+    # only the interleaved (IMROPE) sections fail: ggml feeds pairs HF gives the temporal id from its 4th
+    # position stream, which llama.cpp sets to 0 for text (docs/ecosystem.md)
+    assert {conv for _, conv, _, _ in failing} == {"qwen3-vl", "mrope-interleaved-linear", "mrope-interleaved-yarn",
+                                                   "mrope-interleaved-longrope"}
+    channels = {r.convention: set() for r in records if r.status == "fail"}
+    for r in records:
+        if r.status == "fail":
+            channels[r.convention].add(r.worst_angle_index[-1])
+    assert channels["qwen3-vl"] <= {61, 62}  # section [24, 20, 20], 64 pairs, half layout: channel = pair
+    assert channels["mrope-interleaved-linear"] == {6}  # section [2, 3, 3]: pair 6
+
+
+def _liger_cases(case):
+    return case.convention in ("hf-llama", "edge") and "interleaved" not in case.case_set
+
+
+def test_liger_kernel_verdict():
+    records = run_builtin("liger-kernel", select=_liger_cases)
+    counts, failing = verdicts(records)
+    assert counts["error"] == 0 and counts["pass"] >= 8, counts
+    # unsqueeze_dim=2 ([batch, seq, heads, dim]) is taken as [batch, heads, seq, dim]; a contiguous
+    # [batch, heads, 1, dim] q (one decode token, batch and heads > 1) is read with the wrong row stride
+    assert set(failing) == {("liger-kernel", "hf-llama", "broadcast", "float32"),
+                            ("liger-kernel", "edge", "decode-past-table", "float32")}
