@@ -122,6 +122,24 @@ def test_gguf_reader_refuses_unknown_architecture(tmp_path):
         read_source(str(tmp_path / "x.gguf"))
 
 
+def test_gguf_reader_has_the_port_readers_error_policy(tmp_path):
+    """`posenc spec` opens a GGUF through posenc.formats, as `posenc port` does: a file cut inside its rope
+    tensor is refused with the port's one message (not read as shorter factors), as ValueError."""
+    fields = {"llama.block_count": ("uint32", 1), "llama.attention.head_count": ("uint32", 2),
+              "llama.embedding_length": ("uint32", 16), "llama.rope.freq_base": ("float32", 5e5)}
+    path = tmp_path / "cut.gguf"
+    _write_gguf(path, "llama", fields, {"rope_freqs.weight": np.ones(4)})
+    import gguf
+
+    (tensor,) = gguf.GGUFReader(str(path)).tensors
+    end = int(tensor.data_offset) + int(tensor.n_bytes)
+    path.write_bytes(path.read_bytes()[:end - 4])
+    with pytest.raises(ValueError, match=r"cut\.gguf' is not a readable GGUF \(truncated or corrupt\)"):
+        read_source(str(path))
+    with pytest.raises(ValueError, match="does not exist"):
+        read_source(str(tmp_path / "absent.gguf"))
+
+
 def test_keras_hub_llama_backbone_get_config_reads_as_its_hf_source():
     pytest.importorskip("keras_hub")
     import keras_hub

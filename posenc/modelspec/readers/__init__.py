@@ -1,0 +1,61 @@
+"""Readers: every config dialect to one `ModelSpec` (posenc.modelspec.canonical).
+
+Each reader reproduces one codebase's reading of its own file, at the version named in its docstring, and
+records in `ModelSpec.findings` every value it had to assume (a missing base, a dropped key). A key it
+does not understand, or settings it cannot express, raise `ValueError` naming the key: never a silent
+default.
+
+    read_hf_config      transformers 5.24 `config.json` (v4 flat keys, v5 `rope_parameters`, per layer type)
+    read_gguf           a `.gguf` file's metadata and rope tensors, as llama.cpp's loader reads them
+    read_meta_params    Meta's `params.json` (meta-llama/llama and llama-models reference code)
+    read_keras_hub      keras-hub backbone `get_config()` (or a preset's `config.json`), keras-hub 0.31 / 0.32
+    read_maxtext        MaxText YAML config keys (src/MaxText/configs/base.yml)
+
+One module per dialect (`hf`, `gguf`, `meta`, `keras_hub`, `maxtext`); `load_config` reads a JSON or YAML
+file; `posenc.modelspec.source.read_source` sends a path (or dict) to the right reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .gguf import GGUF_NATIVE_NORM_ARCHS, GGUF_PERMUTED_ARCHS, read_gguf
+from .hf import ATTENTION_TERM_KEYS, HF_ROPE_TYPES, read_hf_config
+from .keras_hub import read_keras_hub
+from .maxtext import read_maxtext
+from .meta import read_meta_params
+
+__all__ = ["read_hf_config", "read_gguf", "read_meta_params", "read_keras_hub", "read_maxtext", "load_config",
+           "DIALECTS", "HF_ROPE_TYPES", "GGUF_PERMUTED_ARCHS", "GGUF_NATIVE_NORM_ARCHS", "ATTENTION_TERM_KEYS"]
+
+DIALECTS = ("hf", "gguf", "meta", "keras-hub", "maxtext")
+
+
+def load_config(path) -> dict:
+    """A JSON or YAML file (or a directory holding config.json / params.json) as a dict; ValueError if unreadable."""
+    path = str(path)
+    if os.path.isdir(path):
+        for name in ("config.json", "params.json"):
+            if os.path.exists(os.path.join(path, name)):
+                return load_config(os.path.join(path, name))
+        raise ValueError(f"{path!r} is a directory without config.json or params.json")
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError as error:
+        raise ValueError(f"cannot read {path!r}: {error.strerror or error}") from error
+    if path.endswith((".yml", ".yaml")):
+        import yaml
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ValueError(f"{path!r} is not valid YAML: {error}") from error
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path!r} is not valid JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{path!r} holds a {type(data).__name__}, not a config mapping")
+    return data
