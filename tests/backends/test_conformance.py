@@ -10,12 +10,13 @@ runs Inductor on one case per family.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from posenc.check.registry import DTYPES, MODES, all_cases
+from posenc.check.registry import DTYPES, MODES, all_cases, register
 from posenc.check.runner import run
 
 CASES = all_cases()
@@ -52,8 +53,12 @@ def test_output_dtype(case, backend, dtype):
     assert [np.asarray(a).dtype.name for a in _arrays(out)] == [case.out_dtype(dtype)] * len(_arrays(out))
 
 
-def test_case_ids_are_unique():
-    assert len({c.id for c in CASES}) == len(CASES)
+def test_a_case_id_is_registered_once():
+    """Ids are unique by construction: `register` refuses an id it already holds (the check ids and the
+    test ids above rely on it) and leaves the registry as it was."""
+    with pytest.raises(ValueError, match="registered twice"):
+        register(dataclasses.replace(CASES[0]))
+    assert all_cases() == CASES
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,6 +66,7 @@ def test_every_case_runs_on_the_numpy_backend_with_a_finite_tolerance(dtype):
     """The spec package itself as a backend (inputs in `dtype`, results cast once): every case builds its
     inputs, derives a finite, non-negative tolerance from them (0 only when exact) and passes."""
     cases = [c for c in CASES if dtype in c.dtypes]
+    assert cases, f"no case runs in {dtype}"
     records = run(cases, backends=["numpy"], dtypes=[dtype], modes=["eager"], seed=0, require=["numpy"])
     assert len(records) == len(cases)
     for record in records:
