@@ -487,8 +487,7 @@ def gguf_to_hf(family_name, reader, options):
                          + (f"gguf-to-hf-{family.name}" if family else "a family posenc converts: "
                             + ", ".join(f.arch for f in FAMILIES.values())))
     config = _hf_config_from_gguf(family, reader, options)
-    heads, kv_heads, head_dim = config["num_attention_heads"], config["num_key_value_heads"], \
-        config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    heads, kv_heads, head_dim = hf_config.heads(config)
     layers = config["num_hidden_layers"]
     rename = [(gg, hf) for hf, gg in family.global_names if gg in reader]
     layer_glob = family.hf_layer.format(i="*")
