@@ -10,6 +10,9 @@ results equal the spec exactly, and it runs under `jax.jit`, `shard_map` and `Na
 - `rank` may be an int (validated) or a traced integer scalar: inside `shard_map`,
   `rank=jax.lax.axis_index("sp")` gives each device its own positions from one program.
 Outputs of the position functions have the integer dtype of `cu_seqlens` (int32 without x64).
+Where every input is static (an int rank; `cu_seqlens` whose values can be read) the index arrays
+are the spec's, as constants; otherwise the program runs the spec's own rules,
+`posenc_np.packing.cp_local_index` and `cp_packed_index`, on tensors.
 """
 
 from __future__ import annotations
@@ -113,10 +116,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
 
 
 def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
-    """`[seq_len // world_size]` int32 global positions of rank `rank`; see `posenc_np.cp_positions`.
-
-    An int rank gives the spec's positions as a constant; a traced rank computes them in the program.
-    """
+    """`[seq_len // world_size]` int32 global positions of rank `rank`; see `posenc_np.cp_positions`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
     if _is_static_int(rank):
@@ -128,11 +128,7 @@ def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
 
 
 def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
-    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`.
-
-    Concrete values with an int rank are the spec's; a traced `cu_seqlens` or rank computes them in the
-    program (`posenc_np.packing.cp_packed_index`, the same rule).
-    """
+    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
     if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes

@@ -14,8 +14,9 @@ __all__ = ["make_log_bucket_position", "build_relative_position", "check_deberta
 def check_deberta_args(bucket_size, max_position, *, required=False) -> bool:
     """True when bucketing is on (both > 0, as HF's `bucket_size > 0 and max_position > 0`).
 
-    `required=True` (`make_log_bucket_position`, which always buckets): off is a ValueError. Bucketing needs `bucket_size >= 4` (mid = bucket_size // 2 >= 2, so the log buckets' scale
-    mid - 1 is positive) and `max_position - 1 > mid` (a positive log range).
+    `required=True` (`make_log_bucket_position`, which always buckets): off is a ValueError. Bucketing
+    needs `bucket_size >= 4` (mid = bucket_size // 2 >= 2, so the log buckets' scale mid - 1 is positive)
+    and `max_position - 1 > mid` (a positive log range).
     """
     for name, value in (("bucket_size", bucket_size), ("max_position", max_position)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):

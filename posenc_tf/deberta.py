@@ -38,6 +38,4 @@ def build_relative_position(q_positions, k_positions, *, bucket_size=-1, max_pos
     bucketed = check_deberta_args(bucket_size, max_position)
     q, k = position_pair(q_positions, k_positions, integer=True)
     relative = q[..., :, None] - k[..., None, :]
-    if bucketed:
-        relative = _log_bucket(relative, bucket_size, max_position)
-    return tf.cast(relative, tf.int32)
+    return tf.cast(_log_bucket(relative, bucket_size, max_position) if bucketed else relative, tf.int32)

@@ -10,6 +10,9 @@ the results equal the spec exactly, and it runs inside `tf.function(jit_compile=
 - `rank` may be an int (validated) or an integer scalar tensor (one graph for every rank, e.g. the
   replica id under a `tf.distribute` strategy).
 Outputs of the position functions have the integer dtype of `cu_seqlens`.
+Where every input is static (an int rank; `cu_seqlens` whose values can be read) the index arrays
+are the spec's, as constants; otherwise the graph runs the spec's own rules,
+`posenc_np.packing.cp_local_index` and `cp_packed_index`, on tensors.
 """
 
 from __future__ import annotations
@@ -114,10 +117,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
 
 
 def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
-    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`.
-
-    An int rank gives the spec's positions as a constant; a tensor rank computes them in the graph.
-    """
+    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
     if _is_static_int(rank):
@@ -129,11 +129,7 @@ def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
 
 
 def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
-    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`.
-
-    Eagerly with an int rank they are the spec's; a traced `cu_seqlens` or a tensor rank computes them in
-    the graph (`posenc_np.packing.cp_packed_index`, the same rule).
-    """
+    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
     if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes

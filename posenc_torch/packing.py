@@ -11,6 +11,9 @@ results equal the spec exactly, and it traces under `torch.compile(fullgraph=Tru
   a tensor rank lets one compiled graph serve every rank).
 Outputs of the position functions have the integer dtype of `cu_seqlens` (flash-attn and TE use
 int32); `cp_positions` returns int64.
+Where every input is static (an int rank; `cu_seqlens` whose values can be read) the index arrays
+are the spec's, as constants; otherwise the graph runs the spec's own rules,
+`posenc_np.packing.cp_local_index` and `cp_packed_index`, on tensors.
 """
 
 from __future__ import annotations
@@ -117,10 +120,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
 
 
 def cp_positions(seq_len, *, world_size, rank, strategy="contiguous", device=None):
-    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`.
-
-    An int rank gives the spec's positions as a constant; a tensor rank computes them in the graph.
-    """
+    """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
     if _is_static_int(rank):
@@ -132,11 +132,7 @@ def cp_positions(seq_len, *, world_size, rank, strategy="contiguous", device=Non
 
 
 def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
-    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`.
-
-    Eagerly with an int rank they are the spec's; a traced `cu_seqlens` or a tensor rank computes them in
-    the graph (`posenc_np.packing.cp_packed_index`, the same rule).
-    """
+    """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
     if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes
