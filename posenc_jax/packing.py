@@ -10,9 +10,6 @@ results equal the spec exactly, and it runs under `jax.jit`, `shard_map` and `Na
 - `rank` may be an int (validated) or a traced integer scalar: inside `shard_map`,
   `rank=jax.lax.axis_index("sp")` gives each device its own positions from one program.
 Outputs of the position functions have the integer dtype of `cu_seqlens` (int32 without x64).
-Where every input is static (an int rank; `cu_seqlens` whose values can be read) the index arrays
-are the spec's, as constants; otherwise the program runs the spec's own rules,
-`posenc_np.packing.cp_local_index` and `cp_packed_index`, on tensors.
 """
 
 from __future__ import annotations

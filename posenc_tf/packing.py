@@ -10,9 +10,6 @@ the results equal the spec exactly, and it runs inside `tf.function(jit_compile=
 - `rank` may be an int (validated) or an integer scalar tensor (one graph for every rank, e.g. the
   replica id under a `tf.distribute` strategy).
 Outputs of the position functions have the integer dtype of `cu_seqlens`.
-Where every input is static (an int rank; `cu_seqlens` whose values can be read) the index arrays
-are the spec's, as constants; otherwise the graph runs the spec's own rules,
-`posenc_np.packing.cp_local_index` and `cp_packed_index`, on tensors.
 """
 
 from __future__ import annotations

@@ -11,9 +11,6 @@ results equal the spec exactly, and it traces under `torch.compile(fullgraph=Tru
   a tensor rank lets one compiled graph serve every rank).
 Outputs of the position functions have the integer dtype of `cu_seqlens` (flash-attn and TE use
 int32); `cp_positions` returns int64.
-Where every input is static (an int rank; `cu_seqlens` whose values can be read) the index arrays
-are the spec's, as constants; otherwise the graph runs the spec's own rules,
-`posenc_np.packing.cp_local_index` and `cp_packed_index`, on tensors.
 """
 
 from __future__ import annotations
