@@ -16,7 +16,7 @@ from .rope import (apply_rope, load_hf_config, permute_qk_rows, rope_cos_sin, ro
                    scaling_from_hf_config)
 from .schedule import rope_schedule_from_hf_config
 from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
-from .temperature import llama4_attn_scale
+from .temperature import llama4_attn_scale, llama_4_scaling
 from .sinusoidal import sinusoidal, sinusoid_inv_freq
 from .t5 import t5_bias, t5_bucket
 from .testing import tolerance
@@ -54,6 +54,7 @@ __all__ = [
     "mla_rope_permutation",
     "mla_softmax_scale",
     "llama4_attn_scale",
+    "llama_4_scaling",
     "alibi_bias",
     "alibi_slopes",
     "attention",

@@ -47,6 +47,7 @@ FAMILY_OF_ENCODING = {
     "rope_schedule_from_hf_config": "schedule",
     "apply_mla_rope": "mla",
     "llama4_attn_scale": "temperature",
+    "llama_4_scaling": "temperature",
 }
 
 

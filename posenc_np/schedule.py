@@ -136,7 +136,7 @@ V4_LAYER_TYPE_KEYS = {
     **dict.fromkeys(("gemma3_text", "gemma3", "gemma3n_text", "gemma3n", "t5gemma2_text", "t5gemma2_encoder",
                      "t5gemma2_decoder", "t5gemma2"),
                     (("rope_theta", 1e6), ("rope_local_base_freq", 1e4), ("full_attention",))),
-    **dict.fromkeys(("modernbert", "modernbert_decoder"),
+    **dict.fromkeys(("modernbert", "modernbert-decoder"),
                     (("global_rope_theta", 160000.0), ("local_rope_theta", 10000.0),
                      ("full_attention", "sliding_attention"))),
     "olmo3": (("rope_theta", 500000.0), ("rope_theta", 500000.0), ("full_attention",)),
@@ -148,13 +148,7 @@ V4_LAYER_PATTERNS = {
                      "embedding_gemma2", "diffusion_gemma_text"), ("sliding_window_pattern", 6, 1)),
     **dict.fromkeys(("cohere2", "cohere_compass_text", "exaone4", "exaone_moe"), ("sliding_window_pattern", 4, 1)),
     "afmoe": ("global_attn_every_n_layers", 4, 1),
-    **dict.fromkeys(("modernbert", "modernbert_decoder"), ("global_attn_every_n_layers", 3, 0)),
-}
-# transformers-4 `rope_scaling` type names a family's config class renames (configuration_phi3.py:
-# "su" and "yarn" are its longrope).
-LEGACY_ROPE_TYPES = {
-    "phi3": {"su": "longrope", "yarn": "longrope"},
-    "phi4_multimodal": {"su": "longrope", "yarn": "longrope"},
+    **dict.fromkeys(("modernbert", "modernbert-decoder"), ("global_attn_every_n_layers", 3, 0)),
 }
 # Config attributes some families store under another key (each config class's `attribute_map`,
 # transformers 5.24): read through it as `config.<alias>` does.
@@ -234,8 +228,8 @@ def _layer_types(cfg: dict, num_layers: int, where: str) -> list:
             raise ValueError(f"{where}: layer_types has {len(types)} entries for num_hidden_layers={num_layers}")
         return types
     key, default, offset = V4_LAYER_PATTERNS.get(cfg.get("model_type"), ("sliding_window_pattern", None, 1))
-    pattern = cfg.get(key) or cfg.get(f"_{key}") or default
-    if pattern:  # every pattern-th layer is global (e.g. configuration_gemma3.py's layer_types default)
+    pattern = next((cfg[k] for k in (key, f"_{key}") if cfg.get(k) is not None), default)
+    if pattern is not None:  # every pattern-th layer is global (e.g. configuration_gemma3.py's layer_types default)
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
             raise ValueError(f"{where}: {key}={pattern!r} must be a positive integer")
         return ["full_attention" if (i + offset) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
@@ -353,7 +347,6 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
     if kind is not None and legacy is not None and kind != legacy:
         raise ValueError(f"{where}: rope_type={kind!r} and type={legacy!r} disagree")
     kind = kind or legacy or "default"
-    kind = LEGACY_ROPE_TYPES.get(model_type, {}).get(kind, kind)
     # Ministral 3 / Mistral 4: a query scale (posenc_np.llama_4_scaling), not a frequency parameter; and the
     # dict's own max_position_embeddings, which no ROPE_INIT_FUNCTIONS reads (they read the config's)
     params.pop("llama_4_scaling_beta", None)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import tensorflow as tf
 
 from posenc_np._validate import check_nonnegative_positions
-from posenc_np.temperature import check_temperature_args
+from posenc_np.temperature import check_llama_4_scaling_args, check_temperature_args
 
 from ._common import as_tensor, is_tracing
 
-__all__ = ["llama4_attn_scale"]
+__all__ = ["llama4_attn_scale", "llama_4_scaling"]
 
 
 def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1):
@@ -30,3 +30,17 @@ def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1):
     t = tf.floor((tf.cast(positions, tf.float32) + 1.0) / floor_scale)
     # under jit (no raise on data) a negative position is NaN, as documented in the spec
     return tf.where(positions < 0, float("nan"), 1.0 + attn_scale * tf.math.log1p(t))
+
+
+def llama_4_scaling(positions, *, beta, original_max_position_embeddings):
+    """`1 + beta * ln(1 + floor(p / original_max_position_embeddings))` as float32; see
+    `posenc_np.llama_4_scaling`. Negative positions raise the spec's ValueError eagerly; under tf.function
+    they give NaN."""
+    beta, original = check_llama_4_scaling_args(beta, original_max_position_embeddings)
+    positions = as_tensor(positions)
+    if not positions.dtype.is_integer:
+        raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype.name}")
+    if not is_tracing(positions):
+        check_nonnegative_positions("positions", positions.numpy())
+    t = tf.floor(tf.cast(positions, tf.float32) / original)
+    return tf.where(positions < 0, float("nan"), 1.0 + beta * tf.math.log1p(t))

@@ -14,7 +14,9 @@ Families (`posenc check --encoding schedule,temperature,mla`):
     low_freq_factor == high_freq_factor, Scout's), RoPE on layers 0-2 and on layer 3 the queries times
     `llama4_attn_scale` (`attn_temperature_tuning`). float32 only: the temperature is float32 in every
     backend, as in HF, and a bf16 query times a float32 scale is a promotion TF does not do implicitly.
-* "temperature" (`llama4_attn_scale`): positions across floor_scale boundaries up to 2**20.
+* "temperature" (`llama4_attn_scale`): positions across floor_scale boundaries up to 2**20;
+  (`llama_4_scaling`): Ministral 3's `1 + 0.1 ln(1 + floor(p / 16384))` across the same range, its `beta` and
+  length read from the config's `rope_parameters`.
 * "mla" (`apply_mla_rope`): q `[2, 4, 8, 8 + 8]` and the single-head `k_pe [2, 1, 8, 8]`, from DeepSeek-style
   configs read by the spec: "deepseek-v3" (`rope_interleave`, YaRN mscale == mscale_all_dim: cos/sin
   unscaled), "mla-mscale-split" (half layout, mscale 0.707 != mscale_all_dim 1.0: cos/sin carry the ratio);
@@ -196,6 +198,24 @@ register(Case("llama4_attn_scale", "llama4", "long", _make_temperature,
               lambda desired, dtype, args: tolerance("float32", scale=float(np.abs(desired).max())),
               dtypes=("float32",), modes=JIT,
               description="1 + 0.1 log1p(floor((p + 1) / 8192)) at positions 0..2^20 (float32 in every backend)"))
+
+
+#: Ministral 3's rope_parameters (transformers 5.24 Ministral3Config defaults).
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 16384,
+                   "max_position_embeddings": 262144, "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0,
+                   "mscale": 1.0, "llama_4_scaling_beta": 0.1}
+
+
+def _make_llama_4_scaling(rng, dtype):
+    positions = np.array([0, 16383, 16384, 32767, 3 * 16384, 65535, 300001, LONG - 1])
+    return (positions,), {"beta": MINISTRAL3_ROPE["llama_4_scaling_beta"],
+                          "original_max_position_embeddings": MINISTRAL3_ROPE["original_max_position_embeddings"]}
+
+
+register(Case("llama_4_scaling", "ministral3", "long", _make_llama_4_scaling,
+              lambda desired, dtype, args: tolerance("float32", scale=float(np.abs(desired).max())),
+              dtypes=("float32",), modes=JIT,
+              description="1 + 0.1 ln(1 + floor(p / 16384)) at positions 0..2^20 (float32 in every backend)"))
 
 
 # --- MLA ------------------------------------------------------------------------------------------------

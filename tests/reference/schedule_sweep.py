@@ -336,8 +336,8 @@ def v4_form(config):
     d = copy.deepcopy(config.to_dict())
     model_type = d.get("model_type") or ""
     params = d.pop("rope_parameters", None)
-    if not params:
-        return None
+    if not params:  # no v5 dict: the config already is its v4 form
+        return d
     labels = set(d.get("layer_types") or ()) | {"full_attention", "sliding_attention"}
     nested = all(k in labels for k in params)
     if nested:
