@@ -12,9 +12,15 @@ runs the operator's 3-D form `[batch, seq, heads * head_dim]` with `num_heads`. 
 (batch > 1, KV-cache offsets, left padding, packed sequences) reach the operator's `position_ids` as
 they are. The cache holds `max(positions) + 1` rows (every position of the case).
 
+Multi-axis RoPE (`mrope_section` with three axes sharing the frequencies: Qwen2-VL's chunked and Qwen3-VL's
+interleaved sections) runs ONNX Runtime's contrib `com.microsoft.MRotaryEmbedding` with position streams
+`[3, batch, seq]`; sinusoidal cases run the graph computed from float64 angles (`posenc export` without
+`--max-len`).
+
 What the graphs cannot express raises `NotExportable` with the reason (the suite reports a skip):
 bfloat16 (no ONNX Runtime CPU kernels), functions other than the six contract encodings (gradients,
-attention paths, resizing), float positions, dynamic NTK scaling, positions that vary across heads.
+attention paths, resizing), float positions, dynamic NTK scaling, positions that vary across heads,
+multi-axis RoPE with other than three axes or with per-axis frequencies, or with a length-dependent scaling.
 """
 
 from __future__ import annotations
@@ -61,8 +67,8 @@ def _rope(args, kwargs):
     x = np.asarray(x)
     dtype = _float_dtype(x)
     positions = _int_positions("positions", positions)
-    if kwargs.get("mrope_section") is not None:  # never drop it silently: the rotation would be 1-D RoPE's
-        raise NotExportable("multi-axis RoPE (mrope_section): RotaryEmbedding takes one position per token")
+    if kwargs.get("mrope_section") is not None:
+        return _mrope(x, positions, kwargs)
     if x.ndim != 4:
         raise NotExportable(f"x of rank {x.ndim}: the RotaryEmbedding operator takes 4-D (or 3-D) x")
     lead = np.broadcast_to(positions, x.shape[:-1])  # [B, A, S] with A the heads axis or the seq axis
@@ -83,6 +89,33 @@ def _rope(args, kwargs):
     return "rope_model", build, (), feeds, lambda y: y.reshape(x.shape)
 
 
+def _mrope(x, positions, kwargs):
+    """Multi-axis RoPE on ONNX Runtime's `MRotaryEmbedding`: x `[batch, heads, seq, head_dim]`, positions
+    `[3, ..., seq]` broadcast to the operator's `[3, batch, seq]` (one stream per axis, the same for every head)."""
+    if kwargs.get("mrope_frequencies", "shared") != "shared":
+        raise NotExportable(f"mrope_frequencies={kwargs['mrope_frequencies']!r}: MRotaryEmbedding's axes share one "
+                            "cos/sin cache")
+    if x.ndim != 4 or positions.ndim < 2 or positions.shape[0] != 3:
+        raise NotExportable(f"x {list(x.shape)}, positions {list(positions.shape)}: MRotaryEmbedding takes x [batch, "
+                            "heads, seq, head_dim] and three position streams")
+    lead = np.broadcast_to(positions.reshape(3, *([1] * (4 - positions.ndim)), *positions.shape[1:]),
+                           (3, *x.shape[:-1]))
+    if not np.all(lead == lead[:, :, :1, :]):
+        raise NotExportable("positions that differ between heads: MRotaryEmbedding takes position_ids [3, batch, seq]")
+    params = {k: v for k, v in kwargs.items()
+              if k in ("base", "layout", "rotary_dim", "scaling", "rotary_pct", "mrope_section", "mrope_interleaved")}
+    params["rotary_dim"] = resolve_rotary_dim(x.shape[-1], params.pop("rotary_dim", None), params.pop("rotary_pct", None))
+    max_len, position_ids, rows = _compact(lead[:, :, 0, :])
+    seq = x.shape[2]  # the kernel refuses a cache shorter than the sequence ("Updating cos_cache ... not supported")
+    if rows is None:
+        max_len = max(max_len, seq)
+    elif len(rows) < seq:
+        rows = np.concatenate([rows, np.full(seq - len(rows), rows[-1])])
+    build = dict(head_dim=x.shape[-1], max_len=max_len, dtype=_float_dtype(x), heads=x.shape[1],
+                 cache_positions=rows, **params)
+    return "mrope_model", build, (), {"x": x, "positions": np.ascontiguousarray(position_ids)}, None
+
+
 def _compact(positions):
     """(max_len, positions, None), or above COMPACT_ABOVE rows (rows, row indices, row positions)."""
     max_len = int(positions.max()) + 1
@@ -101,10 +134,9 @@ def _prepare(fn, args, kwargs):
         positions = _int_positions("positions", positions)
         params = {k: v for k, v in kwargs.items() if k in ("base", "layout", "denominator")}
         dtype = graphs.check_dtype(kwargs.get("dtype"))
-        max_len, positions, rows = _compact(positions)
-        build = dict(dim=dim, max_len=max_len, dtype=dtype, positions_rank=positions.ndim, table_positions=rows,
-                     **params)
-        return "sinusoidal_model", build, (), {"positions": positions}, None
+        # the graph `posenc export` writes without --max-len: the sinusoid computed from float64 angles
+        build = dict(dim=dim, dtype=dtype, positions_rank=positions.ndim, **params)
+        return "sinusoidal_computed_model", build, (), {"positions": positions}, None
     if fn == "learned":
         table, positions = args
         _float_dtype(table)

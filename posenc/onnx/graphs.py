@@ -35,14 +35,18 @@ from posenc_np._dtypes import dtype_name
 from posenc_np.alibi import alibi_slopes, check_alibi_args
 from posenc_np.relative import check_relative_args
 from posenc_np.rope import resolve_rotary_dim, rope_cos_sin, rope_plan
-from posenc_np.sinusoidal import sinusoidal
+from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq, sinusoidal
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-__all__ = ["OPSET", "IR_VERSION", "ONNX_DTYPES", "NotExportable", "rope_model", "rope_caches", "sinusoidal_model",
+__all__ = ["OPSET", "IR_VERSION", "ONNX_DTYPES", "CONTRIB_DOMAIN", "REQUIRES_KEY", "NotExportable", "rope_model",
+           "mrope_model", "rope_caches", "sinusoidal_model", "sinusoidal_computed_model",
            "learned_model", "alibi_model", "t5_model", "relative_model", "session", "run_model"]
 
 OPSET = 23
 IR_VERSION = 11
+#: ONNX Runtime's contrib operator domain (MRotaryEmbedding), and the model property that names what it needs
+CONTRIB_DOMAIN = "com.microsoft"
+REQUIRES_KEY = "posenc.requires"
 ONNX_DTYPES = ("float32", "float16")
 
 
@@ -94,8 +98,15 @@ class _Builder:
     def model(self, graph_name, inputs, outputs, doc=""):
         onnx, _, helper, _ = _onnx()
         graph = helper.make_graph(self.nodes, graph_name, inputs, outputs, self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
-                                  producer_name="posenc", doc_string=doc)
+        imports = [helper.make_opsetid("", OPSET)]
+        contrib = sorted({n.op_type for n in self.nodes if n.domain == CONTRIB_DOMAIN})
+        if contrib:  # ONNX Runtime's own operators: other runtimes do not load the model
+            imports.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+        model = helper.make_model(graph, opset_imports=imports, ir_version=IR_VERSION, producer_name="posenc",
+                                  doc_string=doc)
+        if contrib:
+            helper.set_model_props(model, {REQUIRES_KEY: f"ONNX Runtime contrib domain {CONTRIB_DOMAIN} "
+                                                         f"({', '.join(contrib)})"})
         onnx.checker.check_model(model)
         return model
 
@@ -208,6 +219,56 @@ def rope_model(*, head_dim, max_len, rotary_dim=None, rotary_pct=None, base=1000
                    [_value("y", _elem(dtype), shape)], doc)
 
 
+def mrope_model(*, head_dim, max_len, mrope_section, mrope_interleaved=False, rotary_dim=None, rotary_pct=None,
+                base=10000.0, scaling=None, layout="half", dtype="float32", heads=None, cache_positions=None):
+    """ONNX Runtime's contrib `com.microsoft.MRotaryEmbedding` model of multi-axis `apply_rope` (Qwen2-VL's
+    chunked sections, `mrope_layout` 0; Qwen3-VL's interleaved ones, `mrope_layout` 1).
+
+    The operator (onnxruntime 1.32 contrib schema) gathers, for each pair j of the half-width cache, the row
+    of the position on the axis (T, H, W) that `mrope_section` assigns to j, then rotates like
+    `RotaryEmbedding`; every axis shares the cache's frequencies (`mrope_frequencies="shared"`). Caches as
+    `rope_model`'s (float64 spec, stored float32); static scalings only.
+
+    Returns:
+        `onnx.ModelProto`: inputs `x [batch, heads, seq, head_dim]`, `positions [3, batch, seq]` int64 (the T, H,
+        W streams); output `y`. Its metadata property `posenc.requires` names the contrib domain.
+
+    Raises:
+        ValueError: what the spec raises; `NotExportable` for other than three axes or a non-static scaling.
+    """
+    _, TP, _, _ = _onnx()
+    dtype = check_dtype(dtype)
+    rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
+                     mrope_interleaved=mrope_interleaved)
+    if plan.num_axes != 3:
+        raise NotExportable(f"mrope_section={list(plan.mrope_section)}: MRotaryEmbedding takes three position axes "
+                            "(temporal, height, width)")
+    if rope_plan(rotary_dim, base=base, scaling=scaling).kind != "static":
+        raise NotExportable(f"scaling={scaling!r} with mrope_section: MRotaryEmbedding takes one fixed cos/sin cache")
+    max_len = _positive("max_len", max_len) if cache_positions is None else len(cache_positions)
+    cos, sin = rope_caches(max_len, rotary_dim, base=base, scaling=scaling, cache_positions=cache_positions)
+    attrs = {}
+    if rotary_dim != head_dim:  # the kernel takes a partial rotary width only together with num_heads
+        attrs = {"rotary_embedding_dim": rotary_dim, "num_heads": _positive("heads (partial rotary)", heads)}
+    b = _Builder()
+    shape = ["batch", heads if heads is not None else "heads", "seq", head_dim]
+    x = "x" if dtype == "float32" else b.out("Cast", ["x"], to=TP.FLOAT)
+    y = b.out("MRotaryEmbedding", [x, "positions", b.const(cos.astype(np.float32), "cos_cache"),
+                                   b.const(sin.astype(np.float32), "sin_cache")],
+              name="y" if dtype == "float32" else None, domain=CONTRIB_DOMAIN,
+              mrope_section=[int(s) for s in plan.mrope_section], mrope_layout=int(bool(mrope_interleaved)),
+              interleaved=int(layout == "interleaved"), **attrs)
+    if dtype != "float32":
+        b.out("Cast", [y], name="y", to=_elem(dtype))
+    doc = (f"posenc apply_rope (multi-axis): mrope_section={list(plan.mrope_section)}, "
+           f"mrope_interleaved={bool(mrope_interleaved)}, layout={layout}, rotary_dim={rotary_dim}, base={base}, "
+           f"scaling={scaling}, max_len={max_len}; caches from the float64 spec; ONNX Runtime contrib operator")
+    return b.model("posenc_mrope", [_value("x", _elem(dtype), shape),
+                                    _value("positions", TP.INT64, [3, "batch", "seq"])],
+                   [_value("y", _elem(dtype), shape)], doc)
+
+
 # --- absolute encodings --------------------------------------------------------------------------------
 
 def _table_model(table, name, dtype, positions_rank, doc):
@@ -233,6 +294,34 @@ def sinusoidal_model(*, dim, max_len, base=10000.0, layout="interleaved", denomi
     return _table_model(table.astype(dtype), "posenc_sinusoidal", dtype, positions_rank,
                         f"posenc sinusoidal: dim={dim}, base={base}, layout={layout}, denominator={denominator}, "
                         f"max_len={max_len}")
+
+
+def sinusoidal_computed_model(*, dim, base=10000.0, layout="interleaved", denominator="dim", dtype="float32",
+                              positions_rank=2):
+    """`positions [...]` int64 -> `table [..., dim]` computed in the graph, so any int64 position works:
+    float64 angles `p * w_i` (`Cast` to double, `Mul` by the spec's `sinusoid_inv_freq` in float64), float64
+    `Sin`/`Cos`, the spec's layout (`interleaved`: pairs `(sin, cos)`; `concat`: `[sin | cos]`), one `Cast` to
+    `dtype`. At position 2**20 the float64 angle is off by about 1e-10 rad, far inside float32 rounding."""
+    _, TP, _, _ = _onnx()
+    dtype = check_dtype(dtype)
+    check_sinusoidal_args(dim, base, layout, denominator)
+    b = _Builder()
+    p = b.out("Unsqueeze", [b.out("Cast", ["positions"], to=TP.DOUBLE), b.const(np.array([-1], np.int64))])
+    angles = b.out("Mul", [p, b.const(sinusoid_inv_freq(dim, base=base, denominator=denominator), "inv_freq")])
+    sin, cos = b.out("Sin", [angles]), b.out("Cos", [angles])
+    if layout == "interleaved":
+        pairs = b.out("Concat", [b.out("Unsqueeze", [t, b.const(np.array([-1], np.int64))]) for t in (sin, cos)],
+                      axis=-1)
+        shape = b.out("Concat", [b.out("Shape", ["positions"]), b.const(np.array([dim], np.int64))], axis=0)
+        table = b.out("Reshape", [pairs, shape])
+    else:
+        table = b.out("Concat", [sin, cos], axis=-1)
+    b.out("Cast", [table], name="table", to=_elem(dtype))
+    dims = _position_dims("p", positions_rank, "seq")
+    return b.model("posenc_sinusoidal", [_value("positions", TP.INT64, dims)],
+                   [_value("table", _elem(dtype), [*dims, dim])],
+                   f"posenc sinusoidal: dim={dim}, base={base}, layout={layout}, denominator={denominator}; computed "
+                   "in the graph from float64 angles (any position)")
 
 
 def learned_model(table, *, dtype=None, positions_rank=2):
