@@ -14,8 +14,8 @@ from ._validate import (
     check_real_positions,
 )
 
-__all__ = ["kerple_bias", "sandwich_bias", "KERPLE_KERNELS", "check_kerple_params", "sandwich_inv_freq",
-           "sandwich_head_scale"]
+__all__ = ["kerple_bias", "sandwich_bias", "KERPLE_KERNELS", "check_kerple_params", "check_sandwich_args",
+           "sandwich_inv_freq", "sandwich_head_scale"]
 
 KERPLE_KERNELS = ("log", "power")
 
@@ -75,6 +75,12 @@ def kerple_bias(r1, r2, q_positions, k_positions, *, kernel="log"):
     return -a * distance ** b
 
 
+def check_sandwich_args(num_heads, dim, base) -> tuple[int, int, float]:
+    """`num_heads >= 1`, an even `dim`, `base > 0`; returns them as `(int, int, float)`, checked before the
+    positions in every package (and before a backend builds its cache key from them)."""
+    return check_positive_int("num_heads", num_heads), check_even_dim("dim", dim), check_positive_float("base", base)
+
+
 def sandwich_inv_freq(dim, *, base=10000.0) -> np.ndarray:
     """Sandwich's frequencies `base ** (-2i / dim)` for i = 1 .. dim/2 (note: from 1, as NeMo's code)."""
     dim = check_even_dim("dim", dim)
@@ -119,7 +125,7 @@ def sandwich_bias(num_heads, q_positions, k_positions, *, dim, base=10000.0, dty
         >>> sandwich_bias(1, np.arange(2), np.arange(2), dim=2, base=1.0)[0].round(4).tolist()
         [[0.0, -0.0575], [-0.0575, 0.0]]
     """
-    num_heads = check_positive_int("num_heads", num_heads)
+    num_heads, dim, base = check_sandwich_args(num_heads, dim, base)
     inv_freq = sandwich_inv_freq(dim, base=base)
     q = check_real_positions("q_positions", q_positions).astype(np.float64)
     k = check_real_positions("k_positions", k_positions).astype(np.float64)
