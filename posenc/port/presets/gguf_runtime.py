@@ -26,6 +26,7 @@ from posenc_np.testing import tolerance
 
 from ...formats.gguf_quant import QUANTIZED, error_bound, expected_logit_error, quantization_error
 from ..checks import Check
+from ..mapping import build_plan
 
 __all__ = ["llamacpp_available", "llamacpp_logits", "hf_logits", "probe_tokens", "prompt_length", "Rounding",
            "llamacpp_check", "float32_logit_tolerance"]
@@ -69,21 +70,15 @@ def hf_logits(config, reader, tokens, *, hf_class) -> np.ndarray:
     import torch
     import transformers
 
-    fields = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version")}
+    fields = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version", "model_type")}
     cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
-    with torch.device("meta"):
-        model = getattr(transformers, hf_class)(cfg)
+    model = getattr(transformers, hf_class)(cfg).float().eval()  # its rotary buffers come from the config
     state = {name: torch.from_numpy(np.ascontiguousarray(np.asarray(reader.get(name), np.float32)))
              for name in reader.names() if not name.endswith("rotary_emb.inv_freq")}
-    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
         raise ValueError(f"SOURCE does not fill {hf_class}: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    model.tie_weights()
-    for name, buffer in list(model.named_buffers()):  # rotary buffers are not in the checkpoint: build them
-        if buffer.is_meta:
-            raise ValueError(f"{hf_class} buffer {name} is not in SOURCE")
-    model = model.float().eval()
     with torch.no_grad():
         return model(torch.tensor([list(map(int, tokens))])).logits[0].numpy()
 
@@ -129,8 +124,6 @@ class Rounding:
         self.rules, self.types, self.errors = rules, dict(types), []
 
     def rounding_check(self, source, target):
-        from ..mapping import build_plan
-
         checks, self.errors = [], []
         for entry in build_plan(source, self.rules):
             kind = self.types.get(entry.target)
