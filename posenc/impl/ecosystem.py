@@ -2,19 +2,21 @@
 JSON and the Markdown page generated from it (docs/ecosystem.md).
 
     python -m posenc.impl.ecosystem [--json docs/ecosystem.json] [--markdown docs/ecosystem.md]
-                                    [--from-json FILE] [--impl NAME ...]
+                                    [--from-json FILE] [--impl NAME ...] [--merge]
 
 Each built-in runs in its own process (`posenc check --impl NAME --encoding rope --json ...`): a library
 may set process state (Triton's interpreter) or abort the process (a failed GGML_ASSERT), and one must not
-spoil the others' rows. `--from-json` re-renders the Markdown from an existing JSON without running.
+spoil the others' rows. `--from-json` re-renders the Markdown from an existing JSON without running;
+`--merge` replaces only the named built-ins' rows of the existing JSON (for a built-in that lives in an
+environment of its own: `VENV/bin/python -m posenc.impl.ecosystem --impl vllm --merge`).
 
 JSON schema ("posenc-ecosystem/1"), one object:
 
 * `schema`, `generated` (UTC ISO date-time), `posenc` (version), `command` (how it was made), `host`
   (platform, python, "cpu" or the GPU's name);
 * `columns`: `[{key, title, what}]`, the table's columns in order (`COLUMNS` below);
-* `implementations`: one object per implementation (a built-in may hold several), with `builtin` (the
-  `--impl` name), `name` (the records' `backend`), `distribution`, `installed`, `version`, `angles` (its
+* `implementations`: one object per implementation (a built-in may hold several), with `generated` and
+  `host` of its own run, `builtin` (the `--impl` name), `name` (the records' `backend`), `distribution`, `installed`, `version`, `angles` (its
   precision class), `description`, `install` (the recipe), `summary` (`{pass, fail, skip, error}`),
   `worst_angle` (`{dtype: {radians, position, case, status}}`: the largest angle error against the float64
   spec), `cells` (`{column key: {pass, fail, skip, error, diagnoses: {name: count}, skip_reason}}`) and
@@ -246,31 +248,48 @@ def _host() -> dict:
     return {"platform": platform.platform(), "python": platform.python_version(), "device": device}
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def merge(old: dict, new: dict) -> dict:
+    """`old` with the rows of the built-ins `new` ran replaced by `new`'s (in `BUILTINS` order)."""
+    from .builtin import BUILTINS
+
+    ran = {e["builtin"] for e in new["implementations"]}
+    entries = [e for e in old["implementations"] if e["builtin"] not in ran] + new["implementations"]
+    order = {name: n for n, name in enumerate(BUILTINS)}
+    entries.sort(key=lambda e: order.get(e["builtin"], len(order)))
+    return {**old, "generated": new["generated"], "implementations": entries, "findings": new["findings"],
+            "columns": new["columns"]}
+
+
 def collect(names=None, *, timeout: float = 1800.0, progress=print) -> dict:
     """Run the built-ins (`names`, default all) and return the ecosystem JSON object."""
     from .. import __version__
     from .builtin import BUILTINS, builtin_module, builtin_status
 
+    stamp = {"generated": _now(), "host": _host()}
     entries = []
     for name in names or BUILTINS:
         installed, version = builtin_status(name)
         if not installed:
-            entries.append({"builtin": name, "name": name, "distribution": builtin_module(name).DISTRIBUTION,
+            entries.append({**stamp, "builtin": name, "name": name, "distribution": builtin_module(name).DISTRIBUTION,
                             "installed": False, "version": None, "install": INSTALL.get(name, "")})
             progress(f"{name}: not installed")
             continue
         progress(f"{name} {version}: running")
         impls, records, error = _run_builtin(name, timeout)
         if error:
-            entries.append({"builtin": name, "name": name, "distribution": builtin_module(name).DISTRIBUTION,
+            entries.append({**stamp, "builtin": name, "name": name, "distribution": builtin_module(name).DISTRIBUTION,
                             "installed": True, "version": version, "install": INSTALL.get(name, ""),
                             "run_error": error})
             progress(f"{name}: {error}")
             continue
         for meta in impls:
-            entries.append(_entry(meta, [r for r in records if r["backend"] == meta["name"]]))
-    return {"schema": SCHEMA, "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "posenc": __version__, "command": "python -m posenc.impl.ecosystem", "host": _host(),
+            entries.append({**stamp, **_entry(meta, [r for r in records if r["backend"] == meta["name"]])})
+    return {"schema": SCHEMA, "generated": stamp["generated"], "posenc": __version__,
+            "command": "python -m posenc.impl.ecosystem", "host": stamp["host"],
             "columns": [{"key": k, "title": t, "what": w} for k, t, w in COLUMNS],
             "implementations": entries, "findings": list(FINDINGS)}
 
@@ -319,13 +338,18 @@ def render_markdown(report: dict) -> str:
         "| implementation | version | angles | " + " | ".join(c["title"] for c in cols) + " | worst angle (f32) |",
         "|---|---|---|" + "---|" * len(cols) + "---|",
     ]
-    missing = []
+    missing, notes = [], []
     for e in report["implementations"]:
         if not e.get("installed") or e.get("run_error"):
             missing.append(e)
             continue
         cells = " | ".join(_cell_text(e["cells"][c["key"]]) for c in cols)
         lines.append(f"| {e['name']} | {e['version']} | {e['angles']} | {cells} | {_worst_text(e['worst_angle'])} |")
+        if e.get("generated", report["generated"])[:10] != date or e.get("host", report["host"]) != report["host"]:
+            notes.append(f"- **{e['name']}** ran {e['generated']} on {e['host']['platform']} "
+                         f"(Python {e['host']['python']}, device: {e['host']['device']}).")
+    if notes:
+        lines += ["", "Rows run elsewhere (an environment of their own):", ""] + notes
     lines += ["", "Columns:", ""] + [f"- **{c['title']}**: {c['what']}." for c in cols]
     if missing:
         lines += ["", f"Not run on this machine ({date}):", ""]
@@ -361,6 +385,8 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", default="docs/ecosystem.md", help="the page written (docs/ecosystem.md)")
     parser.add_argument("--from-json", help="render the Markdown from this JSON instead of running")
     parser.add_argument("--impl", action="append", help="built-in names to run (default: all)")
+    parser.add_argument("--merge", action="store_true",
+                        help="replace only the named built-ins' rows of the existing --json")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per built-in (default 1800)")
     parser.add_argument("--describe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -376,6 +402,8 @@ def main(argv=None) -> int:
         report = json.loads(Path(args.from_json).read_text())
     else:
         report = collect(args.impl, timeout=args.timeout, progress=lambda line: print(line, flush=True))
+        if args.merge and Path(args.json).exists():
+            report = merge(json.loads(Path(args.json).read_text()), report)
         write_atomic(args.json, json.dumps(report, indent=1) + "\n", what="--json")
     write_atomic(args.markdown, render_markdown(report), what="--markdown")
     print(f"wrote {args.markdown}" + ("" if args.from_json else f" and {args.json}"))

