@@ -32,6 +32,7 @@ from posenc_np._dtypes import numpy_dtype
 
 from ..errors import UsageError
 from .base import Reader, checked, drop_pages
+from .gguf_quant import quantize
 
 __all__ = ["ROPE_TYPE_OF_ARCH", "ROPE_LAYOUT_OF_TYPE", "rope_type", "read_gguf", "write_gguf", "GGUF_KV_TYPES"]
 
@@ -161,8 +162,6 @@ def write_gguf(path, entries, metadata, *, block=1 << 24):
         for name, shape, dtype, thunk in entries:
             array = checked(name, shape, dtype, thunk())
             if name in block_types:
-                from .gguf_quant import quantize
-
                 array = quantize(array, block_types[name])
             writer.write_padding(out, out.tell())  # each tensor starts at the file's alignment
             flat = array.reshape(-1).view(np.uint8)

@@ -186,7 +186,7 @@ def meta_merge_reader(paths, dim):
     if len(readers) == 1:
         return readers[0]
     names = readers[0].names()
-    for path, reader in zip(paths[1:], readers[1:]):
+    for path, reader in zip(paths[1:], readers[1:], strict=True):
         if reader.names() != names:
             diff = sorted(set(names) ^ set(reader.names()))
             raise UsageError(f"Meta shard {os.path.basename(path)!r} holds other tensors than consolidated.00.pth "
@@ -213,7 +213,7 @@ def meta_merge_reader(paths, dim):
         axis = axes[name]
         if axis is None:
             first = np.asarray(readers[0].get(name))
-            for path, reader in zip(paths[1:], readers[1:]):
+            for path, reader in zip(paths[1:], readers[1:], strict=True):
                 if not np.array_equal(np.asarray(reader.get(name)), first):
                     raise UsageError(f"replicated tensor {name!r} differs in {os.path.basename(path)!r}")
             return first

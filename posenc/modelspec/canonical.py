@@ -187,7 +187,7 @@ class ModelSpec:
             rows.append((span, "rope", layer.layout, f"{layer.rotary_dim}/{layer.head_dim}", f"{layer.base:g}",
                          scaling, f"{plan.attention_scale:.6g}", plan.kind))
         widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-        lines = [head] + ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines = [head] + ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         lines.append(f"q/k row order: {self.row_order}; max_position_embeddings: {self.max_position_embeddings}; "
                      f"original: {self.original_max_position_embeddings}")
         if self.attention_terms:

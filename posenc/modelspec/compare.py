@@ -85,7 +85,7 @@ def _entries(rot: _Rotation, distances: np.ndarray, seq_len):
     cos, sin = rot.scale2 * np.cos(phase), rot.scale2 * np.sin(phase)
     diag[:, rot.first] = cos
     diag[:, rot.second] = cos
-    for idx, (i, k) in enumerate(zip(rot.first.tolist(), rot.second.tolist())):
+    for idx, (i, k) in enumerate(zip(rot.first.tolist(), rot.second.tolist(), strict=True)):
         off[(i, k)] = sin[:, idx]
     return diag, off
 
@@ -268,7 +268,7 @@ def compare_specs(a: ModelSpec, b: ModelSpec, *, limit: int = HORIZON_LIMIT, tol
     horizons = []
     structural = ("rope", "layout (in HF row order)", "rotary_dim", "head_dim", "mrope_section", "mrope_interleaved")
     cache = {}
-    for i, (la, lb) in enumerate(zip(a.layers, b.layers)):
+    for i, (la, lb) in enumerate(zip(a.layers, b.layers, strict=True)):
         key = (repr(la), repr(lb))
         if key not in cache:
             fields = _layer_fields(la, lb, a.row_order, b.row_order)

@@ -29,6 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from posenc_np.rope import rope_frequencies
+
 from .canonical import Finding
 from .readers import read_hf_config
 

@@ -4,8 +4,7 @@ vLLM, mlx-lm, llama.cpp, keras-hub or Transformer Engine do (`posenc.modelspec.r
 from __future__ import annotations
 
 from .canonical import ModelSpec
-from .readers import (DIALECTS, load_config, read_gguf, read_hf_config, read_keras_hub, read_maxtext,
-                      read_meta_params)
+from .readers import DIALECTS, load_config, read_gguf, read_hf_config, read_keras_hub, read_maxtext, read_meta_params
 from .runtimes import runtime_spec
 
 __all__ = ["read_source"]

@@ -8,6 +8,7 @@ from posenc_np.rope import ROPE_LAYOUTS, scaling_from_hf_config
 
 from ..errors import UsageError
 from ..formats import open_reader
+from ..formats.gguf_quant import outtype_of
 from ..formats.shards import parse_size
 from ..io import check_output
 from .core import port, report_text, write_json
@@ -135,8 +136,6 @@ def _outtype(args):
     value = getattr(args, "outtype", None)
     if value is None:
         return None
-    from ..formats.gguf_quant import outtype_of
-
     try:
         outtype_of(value)
     except ValueError as error:

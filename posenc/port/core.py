@@ -17,7 +17,15 @@ from ..errors import UsageError
 from ..formats import detect_format, open_reader, write_checkpoint
 from ..formats.base import nbytes
 from ..formats.shards import write_shards
-from ..io import atomic_output, check_output, file_mode, remove_stale_temporaries, target_lock, temp_prefix, write_atomic
+from ..io import (
+    atomic_output,
+    check_output,
+    file_mode,
+    remove_stale_temporaries,
+    target_lock,
+    temp_prefix,
+    write_atomic,
+)
 from .checks import Check, verify_plan
 from .mapping import build_plan
 

@@ -85,4 +85,4 @@ def schedule_settings(config):
 def sidecar_layers(layers, types, target_layout) -> list:
     """`rope.layers` of the sidecar: per decoder layer `None` (NoPE) or its settings in TARGET's layout."""
     return [None if entry is None else {**entry, "layout": target_layout or entry["layout"], "layer_type": kind}
-            for entry, kind in zip(layers, types)]
+            for entry, kind in zip(layers, types, strict=True)]

@@ -29,6 +29,7 @@ from posenc_np.rope import ROPE_LAYOUTS, permute_qk_rows
 
 from ..errors import UsageError
 from ..formats.base import drop_pages
+from ..formats.gguf_quant import rounded
 
 __all__ = ["Op", "Entry", "Rules", "build_plan", "glob_regex", "glob_match"]
 
@@ -106,8 +107,6 @@ class Op:
         if k == "dequantized":  # a quantized GGUF tensor: the reader already gives gguf.quants.dequantize's values
             return array
         if k == "quantize":  # GGUF --outtype q8_0, ...: the values the file holds (gguf-py's quantizers)
-            from ..formats.gguf_quant import rounded
-
             return rounded(array, p[0])
         if k == "shift":  # Gemma's RMSNorm scales by (1 + w); llama.cpp stores w + 1 (GemmaModel.modify_tensors)
             return (np.asarray(array) + np.asarray(p[0], dtype=array.dtype)).astype(array.dtype)
@@ -244,7 +243,7 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
             if not shape or rows is None or sum(rows) != shape[0]:
                 raise UsageError(f"--split of {name!r}: parts of {rows} rows do not add up to its shape {shape}")
             start = 0
-            for template, count, role in zip(templates, rows, roles):
+            for template, count, role in zip(templates, rows, roles, strict=True):
                 target = _fill(template, groups)
                 target = rules.target_name(target) if rules.target_name else target
                 entry = Entry(target, name, shape, dtype, [Op("rows", (start, start + count))],

@@ -11,8 +11,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from posenc_np import permute_qk_rows, rope_cos_sin, sinusoidal
 from posenc import cli as port_cli
+from posenc_np import permute_qk_rows, rope_cos_sin, sinusoidal
 
 P = np.arange(64)
 DIM = 32

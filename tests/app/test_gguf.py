@@ -21,8 +21,8 @@ transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 
 from posenc import cli  # noqa: E402
-from posenc.port import mapping  # noqa: E402
 from posenc.formats import open_reader  # noqa: E402
+from posenc.port import mapping  # noqa: E402
 from posenc_np.testing import compare, tolerance  # noqa: E402
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -39,7 +39,7 @@ def save_model(directory, config, *, shard="40KB", seed=0, cls=None):
     torch.manual_seed(seed)
     model = (cls or getattr(transformers, config.architectures[0]))(config).eval()
     with torch.no_grad():  # norms away from 1 and zero biases away from 0, so that a lost shift or bias shows
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(directory, max_shard_size=shard)

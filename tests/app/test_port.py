@@ -15,10 +15,10 @@ import stat
 import numpy as np
 import pytest
 
-from posenc_np import apply_rope, permute_qk_rows, resize_table
 from posenc import cli as port_cli
-from posenc.port import mapping
 from posenc.formats import open_reader
+from posenc.port import mapping
+from posenc_np import apply_rope, permute_qk_rows, resize_table
 from posenc_np.testing import compare, tolerance
 
 DIM, LAYERS, HEADS, KV_HEADS, VOCAB, FFN = 64, 2, 4, 2, 50, 96

@@ -141,7 +141,7 @@ def test_permuted_qk_rows_break_the_backbone(ported, tmp_path):
     as llama.cpp wants) moves the hidden states far outside the tolerance above."""
     bad = tmp_path / "bad.weights.h5"
     bad.write_bytes(ported["target"].read_bytes())
-    heads, kv, head_dim = SMALL["num_attention_heads"], SMALL["num_key_value_heads"], 8
+    heads, kv = SMALL["num_attention_heads"], SMALL["num_key_value_heads"]
     with h5py.File(bad, "r+") as f:
         for name, count in (("_query_dense", heads), ("_key_dense", kv)):
             path = f"layers/llama_transformer_decoder/_self_attention_layer/{name}/vars/0"

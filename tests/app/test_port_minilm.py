@@ -15,11 +15,11 @@ import os
 import numpy as np
 import pytest
 
-from posenc_np import resize_table
 from posenc import cli as port_cli
 from posenc.formats import open_reader
 from posenc.port.checks import installed_backends
 from posenc.port.presets.bert import bert_embeddings_reference, keras_bert_embeddings
+from posenc_np import resize_table
 from posenc_np.testing import compare, tolerance
 
 POSITION = "embeddings.position_embeddings.weight"

@@ -16,8 +16,8 @@ from posenc_np.testing import compare, tolerance
 
 from ...formats.gguf import ROPE_LAYOUT_OF_TYPE, rope_type
 from ...formats.gguf_quant import rounded
-from ..checks import Check, probe_positions
 from .. import hf_config
+from ..checks import Check, probe_positions
 
 __all__ = ["gguf_logits_check", "llamacpp_swa_layers", "LLAMACPP_SWA_PATTERN"]
 

@@ -56,8 +56,10 @@ from posenc_np.testing import compare, tolerance
 
 from ...errors import UsageError
 from ...modelspec.readers import read_keras_hub
-from ..hf_config import config_beside, heads as config_heads, schedule as config_schedule
 from ..checks import Check, probe_positions, rope_logits
+from ..hf_config import config_beside
+from ..hf_config import heads as config_heads
+from ..hf_config import schedule as config_schedule
 from ..mapping import Op, Rules
 from ..preset import Preset
 
