@@ -13,6 +13,13 @@ layer (`base`, `rotary_dim`, `layout`, `scaling`). For DeepSeek-style multi-head
 (MLA: the config has `qk_rope_head_dim`) an entry describes the rope slice: pass it to
 `posenc_np.mla.apply_mla_rope`.
 
+Configs are read as checkpoints ship them (docs/schedules.md has the table): transformers-4 keys as each
+family's `configuration_*.py` converts them (`V4_LAYER_TYPE_KEYS`, `V4_LAYER_PATTERNS`), a multimodal parent's
+`text_config` / `llm_config` / `language_config`, `attribute_map` aliases (`CONFIG_ATTRIBUTE_MAPS`), and the
+keys newer families add (`layer_rope_theta`, 0 = NoPE; `rope_scaling_layers`; `llama_4_scaling_beta`, a query
+scale: `posenc_np.llama_4_scaling`). Settings the modeling code fixes are read as that code does
+(`MLA_ALWAYS_INTERLEAVED`; the default sections of `posenc_np.rope._MROPE_MODEL_DEFAULTS`).
+
 What it reads (transformers 5.24, `modeling_rope_utils.py` `standardize_rope_params` and each family's
 `modeling_*.py`):
     rope_parameters (v5; flat, or nested by layer type), rope_scaling + rope_theta (v4 flat keys),
@@ -24,9 +31,9 @@ What it reads (transformers 5.24, `modeling_rope_utils.py` `standardize_rope_par
     like HF's `standardize_rope_params`).
 The layout ("half" = HF `rotate_half`, or "interleaved") is not in any config: it is the family's
 code, listed in `INTERLEAVED_FAMILIES`; every other family rotates halves. The test
-tests/spec/test_schedule_sweep.py checks both against every model type of the installed transformers.
+tests/reference/test_schedule_sweep.py checks both against every model type of the installed transformers.
 
-Multi-axis RoPE: for the Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models (model types starting with a key of
+Multi-axis RoPE: for the Qwen-VL-style text models (model types starting with a key of
 `posenc_np.rope._MROPE_MODEL_DEFAULTS`) every entry also holds `mrope_section` and `mrope_interleaved` (the
 config's, else the family's modeling-code default, as `scaling_from_hf_config`); feed `apply_rope` the
 `[3, ..., seq]` ids of `posenc_np.mrope_position_ids`.
