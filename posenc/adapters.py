@@ -103,6 +103,13 @@ class Adapter:
         """
         raise NotImplementedError
 
+    def layer_norm(self, x, scale, bias, *, eps: float):
+        """LayerNorm over the last axis, `(x - mean) / sqrt(var + eps) * scale + bias`, in this framework's ops
+        (`x`, `scale`, `bias` this framework's arrays; the biased variance, as torch's `layer_norm`)."""
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / (var + eps) ** 0.5 * scale + bias
+
     def call(self, fn, args: tuple, kwargs: dict, *, mode: str = "eager", cache: dict | None = None,
              key=None, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
         """Run `fn(package_module, *args, **kwargs)`; NumPy arrays in `args` become tensors.
@@ -220,6 +227,11 @@ class TorchAdapter(Adapter):
         out, pullback = torch.func.vjp(fn, primal)
         return pullback(cotangent.to(out.dtype))[0]
 
+    def layer_norm(self, x, scale, bias, *, eps):
+        import torch.nn.functional as F
+
+        return F.layer_norm(x, (x.shape[-1],), scale, bias, eps=eps)
+
 
 class TFAdapter(Adapter):
     name, package, framework = "tf", "posenc_tf", "tensorflow"
@@ -257,6 +269,12 @@ class TFAdapter(Adapter):
             tape.watch(primal)
             out = fn(primal)
         return tf.convert_to_tensor(tape.gradient(out, primal, output_gradients=tf.cast(cotangent, out.dtype)))
+
+    def layer_norm(self, x, scale, bias, *, eps):
+        import tensorflow as tf
+
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return (x - mean) / tf.sqrt(var + eps) * scale + bias
 
 
 class JaxAdapter(Adapter):

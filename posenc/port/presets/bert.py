@@ -26,7 +26,7 @@ from ..mapping import Rules
 from ..preset import Preset, PresetOptions
 
 __all__ = ["hf_bert_to_flax", "hf_bert_to_keras", "keras_bert_embeddings", "bert_embeddings_reference",
-           "LAYER_NORM_EPS", "PRESETS"]
+           "framework_embeddings", "LAYER_NORM_EPS", "PRESETS"]
 
 LAYER_NORM_EPS = 1e-12  # BERT's layer_norm_eps
 
@@ -118,29 +118,14 @@ def bert_embeddings_reference(word, position, token_type, gamma, beta, ids, posi
     return (x - mean) / np.sqrt(var + LAYER_NORM_EPS) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
 
 
-def _torch_embeddings(tables, ids, positions, types):
-    import torch
-    import torch.nn.functional as F
-
-    import posenc_torch
-
-    t = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in tables.items()}
-    pos_table = t["position"]
-    x = (F.embedding(torch.from_numpy(ids), t["word"]) + posenc_torch.learned(pos_table, torch.from_numpy(positions))
-         + F.embedding(torch.from_numpy(types), t["token_type"]))
-    return F.layer_norm(x, (x.shape[-1],), t["gamma"], t["beta"], eps=LAYER_NORM_EPS).numpy()
-
-
-def _jax_embeddings(tables, ids, positions, types):
-    import jax.numpy as jnp
-
-    import posenc_jax
-
-    t = {k: jnp.asarray(np.asarray(v, np.float32)) for k, v in tables.items()}
-    x = t["word"][ids] + posenc_jax.learned(t["position"], jnp.asarray(positions)) + t["token_type"][types]
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return np.asarray((x - mean) / jnp.sqrt(var + LAYER_NORM_EPS) * t["gamma"] + t["beta"])
+def framework_embeddings(framework, tables, ids, positions, types) -> np.ndarray:
+    """BERT embeddings `tables` (word, position, token_type, gamma, beta) computed by `framework` through its
+    adapter: three table lookups with the backend's `learned` (rows at the given indices), then its LayerNorm."""
+    ad = adapter(framework)
+    t = {k: ad.from_numpy(np.array(v, np.float32)) for k, v in tables.items()}
+    x = sum(ad.module.learned(t[name], ad.from_numpy(index))
+            for name, index in (("word", ids), ("position", positions), ("token_type", types)))
+    return ad.to_numpy(ad.layer_norm(x, t["gamma"], t["beta"], eps=LAYER_NORM_EPS))
 
 
 def keras_bert_embeddings(vocab_size, max_len, type_vocab_size, hidden):
@@ -173,7 +158,7 @@ def _embeddings_check(framework, target_names, resize_method):
     """Extra verification: BERT embeddings in torch (source) and `framework` (target) vs float64 NumPy."""
 
     def run(source, target):
-        src = {k: source.get(n) for k, n in zip(("word", "position", "token_type", "gamma", "beta"), _BERT_EMB)}
+        src = {k: source.get(n) for k, n in zip(("word", "position", "token_type", "gamma", "beta"), _BERT_EMB, strict=True)}
         tgt = {k: np.asarray(target.get(n)) for k, n in target_names.items()}
         rows = tgt["position"].shape[0]
         if rows != src["position"].shape[0]:  # resized: the source side resizes with posenc_torch
@@ -187,9 +172,9 @@ def _embeddings_check(framework, target_names, resize_method):
                                             ids, positions, types)
         tol = tolerance("float32", scale=float(np.abs(desired).max()))
         out = []
-        torch_out = _torch_embeddings(src, ids, positions, types)
+        torch_out = framework_embeddings("torch", src, ids, positions, types)
         if framework == "jax":
-            target_out = _jax_embeddings(tgt, ids, positions, types)
+            target_out = framework_embeddings("jax", tgt, ids, positions, types)
         else:
             target_out = _keras_embeddings(target.path, {k: v.shape for k, v in tgt.items()}, ids, positions, types)
         for label, got in (("torch, source", torch_out), (f"{framework}, target", target_out)):
