@@ -49,7 +49,7 @@ def select(cases, *, encodings=None, dtypes=DTYPES, modes=MODES):
 def run(args) -> int:
     from .registry import all_cases
     from .report import json_report, markdown_table, terminal_table
-    from .runner import run_implementations, run_parallel, terminal_progress
+    from .runner import run_implementations, run_implementations_isolated, run_parallel, terminal_progress
 
     cases = all_cases()
     # families of the contract's encodings, then those only cases name (e.g. the reference `attention`)
@@ -60,7 +60,7 @@ def run(args) -> int:
     if impl_specs == ["list"]:
         print(_impl_list())
         return 0
-    impls = _implementations(impl_specs)
+    impls, names_by_spec = _implementations(impl_specs)
     # with --impl only the named implementations run, unless --backend names posenc's own alongside
     backends = parse_choices(args.backend, BACKENDS, "--backend", default=[] if impls else list(BACKENDS))
     dtypes = parse_choices(args.dtype, DTYPES, "--dtype", default=list(DTYPES))
@@ -83,8 +83,11 @@ def run(args) -> int:
     records = [] if not backends else run_parallel(
         cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require, jobs=args.jobs,
         compile_backend=args.torch_compile_backend, timeout=args.timeout, progress=progress)
-    if impls:
+    if impls and args.jobs == 1 and args.timeout is None:
         records += run_implementations(cases, impls, dtypes=dtypes, seed=args.seed, progress=progress)
+    elif impls:  # a worker process per SPEC: a kernel that crashes or hangs is reported, never the end of the run
+        records += run_implementations_isolated(cases, names_by_spec, dtypes=dtypes, seed=args.seed,
+                                                timeout=args.timeout, progress=progress)
     print(terminal_table(records, verbose=args.verbose))
     print(f"({len(cases)} cases, {time.perf_counter() - started:.1f} s; seed {args.seed}; torch.compile backend "
           f"{args.torch_compile_backend})")
@@ -114,22 +117,25 @@ def _impl_specs(values) -> list[str]:
     return list(dict.fromkeys(specs))
 
 
-def _implementations(specs) -> list:
-    """The Implementations the SPECs name; a SPEC naming nothing usable is a UsageError naming it."""
+def _implementations(specs) -> tuple[list, dict]:
+    """The Implementations the SPECs name, and each SPEC's implementation names; a SPEC naming nothing usable
+    is a UsageError naming it."""
     from ..impl import ImplementationUnavailable
     from ..impl.resolve import ImplementationSpecError, resolve
 
-    impls = []
+    impls, names_by_spec = [], {}
     for spec in specs:
         try:
-            impls += resolve(spec)
+            found = resolve(spec)
         except (ImplementationSpecError, ImplementationUnavailable) as error:
             raise UsageError(str(error)) from None
+        impls += found
+        names_by_spec[spec] = [i.name for i in found]
     names = [i.name for i in impls]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise UsageError(f"--impl names two implementations called {', '.join(map(repr, repeated))}")
-    return impls
+    return impls, names_by_spec
 
 
 def _impl_list() -> str:
@@ -196,7 +202,9 @@ def add_parser(subparsers) -> None:
                        help="check another implementation instead of posenc's backends (add --backend to run "
                             "them alongside): a built-in name (transformers, onnxruntime, mlx, ...), module:attr "
                             "or path/to/file.py:attr (attr defaults to IMPL) holding a posenc.impl.Implementation; "
-                            "repeatable, comma-separated; default $POSENC_IMPL; '--impl list' lists the built-ins")
+                            "repeatable, comma-separated; default $POSENC_IMPL; '--impl list' lists the built-ins. "
+                            "Each SPEC runs in a worker process of its own (in this process with --jobs 1 and no "
+                            "--timeout)")
     check.add_argument("--json", metavar="PATH", help="write the machine-readable report")
     check.add_argument("--markdown", metavar="PATH", help="write a Markdown table of every comparison")
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")

@@ -16,7 +16,8 @@ from posenc_np.testing import compare
 from ..adapters import DEFAULT_TORCH_COMPILE_BACKEND, BackendUnavailable, NotSupported, adapter
 from .registry import Case
 
-__all__ = ["Record", "run", "run_parallel", "run_implementations", "terminal_progress"]
+__all__ = ["Record", "run", "run_parallel", "run_implementations", "run_implementations_isolated",
+           "terminal_progress"]
 
 
 @dataclass
@@ -257,15 +258,12 @@ def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, 
     other workers' records are kept. With one group and a `timeout`, that group runs in a worker process too.
     """
     import multiprocessing
-    import multiprocessing.connection
-    import os
 
     groups = _balanced_groups(backends, jobs)
     if len(groups) < 2 and timeout is None:
         return run(cases, backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
                    progress=progress, compile_backend=compile_backend)
-    # the frameworks' settings, quiet logging (`posenc.quiet.quiet_frameworks`) included
-    environ = {k: v for k, v in os.environ.items() if k.startswith(("POSENC_", "TF_", "KERAS_", "JAX_", "XLA_"))}
+    environ = _worker_environ()
     ids = [c.id for c in cases]
     context = multiprocessing.get_context("spawn")
     workers = {}  # receiving end -> (process, group)
@@ -277,40 +275,9 @@ def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, 
         process.start()
         send.close()  # the parent keeps only the receiving end: a dead worker reads as EOF
         workers[receive] = (process, group)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    records, done = [], 0
-    while workers:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready = multiprocessing.connection.wait(list(workers), timeout=left)
-        if not ready:  # timed out: stop every worker still running
-            for receive, (process, group) in workers.items():
-                process.kill()
-                process.join()
-                receive.close()
-                records += _group_failed(cases, group, dtypes, modes,
-                                         f"worker process for backends {','.join(group)} timed out after "
-                                         f"{timeout:g} s (--timeout) and was stopped")
-            break
-        for receive in ready:
-            process, group = workers.pop(receive)
-            try:
-                status, payload = receive.recv()
-            except (EOFError, OSError):
-                status, payload = "died", None
-            receive.close()
-            process.join()
-            if status == "ok":
-                records += payload
-            elif status == "error":
-                records += _group_failed(cases, group, dtypes, modes,
-                                         f"worker process for backends {','.join(group)} failed: {payload}")
-            else:
-                records += _group_failed(cases, group, dtypes, modes,
-                                         f"worker process for backends {','.join(group)} {_exit_reason(process)} "
-                                         f"before reporting")
-            done += 1
-            if progress:
-                progress(done, len(groups), f"backends {','.join(group)} done")
+    records = _gather(workers, timeout=timeout, progress=progress,
+                      label=lambda group: f"backends {','.join(group)}",
+                      failed=lambda group, why: _group_failed(cases, group, dtypes, modes, why))
     order = {(c.family, c.convention, c.case_set, d, b, m): n for n, (c, d, b, m) in enumerate(
         (c, d, b, m) for c in cases for d in dtypes for b in backends for m in modes)}
     return sorted(records, key=lambda r: order.get((r.family, r.convention, r.case, r.dtype, r.backend, r.mode), 0))
@@ -534,3 +501,103 @@ def _diagnosis(case, args, kwargs, dtype, outputs, desired64, tol) -> dict:
         found = diagnose(outputs, desired64, tol, encoding=case.encoding, args=args64, kwargs=kwargs64, dtype=dtype,
                          spec_fn=None if spec is None else (lambda *a, **k: _as_float64(spec(*a, **k))))
     return dict(diagnosis=found.name, diagnosis_detail=found.sentence)
+
+
+def _gather(workers, *, timeout, progress, label, failed):
+    """Wait for the worker processes `workers` (receiving end -> (process, key)); their records, and
+    `failed(key, why)` for each one that raised, died or outlived `timeout` seconds (then it is stopped).
+
+    `label(key)` names a worker in the reasons ("worker process for backends torch,tf ...")."""
+    import multiprocessing.connection
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    records, done, total = [], 0, len(workers)
+    while workers:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = multiprocessing.connection.wait(list(workers), timeout=left)
+        if not ready:  # timed out: stop every worker still running
+            for receive, (process, key) in workers.items():
+                process.kill()
+                process.join()
+                receive.close()
+                records += failed(key, f"worker process for {label(key)} timed out after {timeout:g} s "
+                                       "(--timeout) and was stopped")
+            break
+        for receive in ready:
+            process, key = workers.pop(receive)
+            try:
+                status, payload = receive.recv()
+            except (EOFError, OSError):
+                status, payload = "died", None
+            receive.close()
+            process.join()
+            if status == "ok":
+                records += payload
+            elif status == "error":
+                records += failed(key, f"worker process for {label(key)} failed: {payload}")
+            else:
+                records += failed(key, f"worker process for {label(key)} {_exit_reason(process)} before reporting")
+            done += 1
+            if progress:
+                progress(done, total, f"{label(key)} done")
+    return records
+
+
+def _worker_environ() -> dict:
+    """The frameworks' settings (quiet logging included) a spawned worker applies before any import."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith(("POSENC_", "TF_", "KERAS_", "JAX_", "XLA_"))}
+
+
+def run_implementations_isolated(cases, specs, *, dtypes, seed=0, timeout=None, progress=None):
+    """`run_implementations` of the Implementations each `--impl` SPEC names, one spawned worker process per
+    SPEC, so a kernel that crashes the interpreter (a segfault, the out-of-memory killer), raises outside a
+    case or hangs past `timeout` seconds is reported as error records for its comparisons ("worker process
+    for --impl ggml was killed by SIGSEGV before reporting") and the other SPECs' records are kept.
+
+    Args:
+        specs: `{spec: [implementation names]}` (the parent resolved each SPEC to check it and name them).
+    """
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    ids, environ = [c.id for c in cases], _worker_environ()
+    workers = {}
+    for spec in specs:
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_impl_main, daemon=True, name="posenc-check-impl",
+                                  args=(send, (ids, spec, list(dtypes), seed, environ)))
+        process.start()
+        send.close()
+        workers[receive] = (process, spec)
+
+    def failed(spec, why):
+        return [Record(encoding=c.encoding, family=c.family, convention=c.convention, case=c.case_set, backend=name,
+                       dtype=d, mode="eager", description=c.description, status="error", message=why,
+                       impl=UNVERSIONED)
+                for c in cases for d in dtypes if d in c.dtypes and "eager" in c.modes for name in specs[spec]]
+
+    return _gather(workers, timeout=timeout, progress=progress, label=lambda spec: f"--impl {spec}", failed=failed)
+
+
+def _impl_main(conn, args):
+    """Worker entry point of `run_implementations_isolated`: `("ok", records)` or `("error", message)`."""
+    try:
+        ids, spec, dtypes, seed, environ = args
+        import os
+
+        os.environ.update(environ)
+        _test_fault([spec])
+        from ..impl.resolve import resolve
+        from .registry import all_cases
+
+        wanted = set(ids)
+        reply = ("ok", run_implementations([c for c in all_cases() if c.id in wanted], resolve(spec),
+                                           dtypes=dtypes, seed=seed))
+    except BaseException as error:  # reported as that SPEC's comparisons failing, never lost
+        reply = ("error", f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+    try:
+        conn.send(reply)
+    finally:
+        conn.close()

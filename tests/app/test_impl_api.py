@@ -216,3 +216,39 @@ def test_a_failing_implementation_exits_1_with_its_diagnosis(tmp_path, capsys):
     failed = [r for r in records if r["status"] == "fail"]
     assert failed and all(r["diagnosis"] == "layout" for r in failed)
     assert all(r["worst_angle_err"] > 0.1 for r in failed)  # a wrong layout is a wrong angle, stated
+
+
+CRASHING = """
+    import os
+    import signal
+    import time
+
+    import posenc_np
+    from posenc.impl import Implementation
+
+    def crash(x, positions, **kw):  # a native kernel's segfault
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    def hang(x, positions, **kw):
+        time.sleep(3600)
+
+    CRASH = Implementation("crashes", "numpy", {"apply_rope": crash})
+    HANG = Implementation("hangs", "numpy", {"apply_rope": hang})
+"""
+
+
+def test_a_crashing_or_hanging_implementation_is_reported_and_the_others_kept(tmp_path, capsys):
+    path = tmp_path / "bad_kernels.py"
+    path.write_text(textwrap.dedent(CRASHING))
+    good = tmp_path / "good.py"
+    good.write_text(textwrap.dedent(USER_MODULE))
+    report = tmp_path / "r.json"
+    assert main(["check", "--impl", f"{path}:CRASH", "--impl", f"{path}:HANG", "--impl", str(good), "--encoding",
+                 "hf-llama", "--dtype", "float32", "--timeout", "60", "--json", str(report), *QUIET]) == 1
+    records = json.loads(report.read_text())["records"]
+    by = {name: [r for r in records if r["backend"] == name] for name in ("crashes", "hangs", "user-spec")}
+    assert len(by["crashes"]) == len(by["hangs"]) == len(by["user-spec"]) == 6
+    assert all(r["status"] == "error" and "was killed by SIGSEGV before reporting" in r["message"]
+               for r in by["crashes"])
+    assert all(r["status"] == "error" and "timed out after 60 s" in r["message"] for r in by["hangs"])
+    assert all(r["status"] == "pass" for r in by["user-spec"])
