@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import sys
 import time
@@ -48,7 +49,8 @@ def select(cases, *, encodings=None, dtypes=DTYPES, modes=MODES):
 
 def run(args) -> int:
     from .registry import all_cases
-    from .report import json_report, markdown_table, terminal_table
+    from .html import render_html
+    from .report import json_report, markdown_table, summary_line, terminal_table
     from .runner import run_implementations, run_implementations_isolated, run_parallel, terminal_progress
 
     cases = all_cases()
@@ -71,7 +73,7 @@ def run(args) -> int:
         raise UsageError(f"--jobs={args.jobs} must be >= 1")
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout={args.timeout} must be a number of seconds > 0")
-    for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
+    for flag, path in (("--json", args.json), ("--markdown", args.markdown), ("--html", args.html)):
         if path:
             check_output(path, what=f"{flag} report")
     if impls and "eager" not in modes:
@@ -88,16 +90,21 @@ def run(args) -> int:
     elif impls:  # a worker process per SPEC: a kernel that crashes or hangs is reported, never the end of the run
         records += run_implementations_isolated(cases, names_by_spec, dtypes=dtypes, seed=args.seed,
                                                 timeout=args.timeout, progress=progress)
-    print(terminal_table(records, verbose=args.verbose))
+    print(terminal_table(records, verbose=args.verbose, summary=False))
     print(f"({len(cases)} cases, {time.perf_counter() - started:.1f} s; seed {args.seed}; torch.compile backend "
           f"{args.torch_compile_backend})")
     if runtimes:  # after the suite's table; their records join the JSON and Markdown reports
         records += _distributed_section(runtimes, require)
     seconds = time.perf_counter() - started
-    if args.json:
+    # the last line counts every comparison of the reports, the distributed section's included
+    print(summary_line(records))
+    if args.json or args.html:
         versions = {**_versions(), **{f"impl:{i.name}": i.version for i in impls if i.version}}
-        write_atomic(args.json, json_report(records, argv=sys.argv[1:], seed=args.seed, seconds=seconds,
-                                            versions=versions), what="--json report")
+        report = json_report(records, argv=sys.argv[1:], seed=args.seed, seconds=seconds, versions=versions)
+    if args.json:
+        write_atomic(args.json, report, what="--json report")
+    if args.html:
+        write_atomic(args.html, render_html(json.loads(report)), what="--html report")
     if args.markdown:
         write_atomic(args.markdown, markdown_table(records), what="--markdown report")
     failed = any(r.status in ("fail", "error") for r in records)
@@ -207,6 +214,8 @@ def add_parser(subparsers) -> None:
                             "--timeout)")
     check.add_argument("--json", metavar="PATH", help="write the machine-readable report")
     check.add_argument("--markdown", metavar="PATH", help="write a Markdown table of every comparison")
+    check.add_argument("--html", metavar="PATH", help="write one self-contained page: the summary, failures "
+                                                      "first, the matrix coloured by err/tol, filters")
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     check.add_argument("--torch-compile-backend", choices=TORCH_COMPILE_BACKENDS,
                        default=DEFAULT_TORCH_COMPILE_BACKEND,

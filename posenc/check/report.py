@@ -29,8 +29,9 @@ def summary_line(records) -> str:
     return f"{counts['pass']} passed, {failed} failed, {counts['skip']} skipped"
 
 
-def terminal_table(records, *, verbose=False) -> str:
-    """Failures first, each with its tolerance and message; then passes grouped by family.
+def terminal_table(records, *, verbose=False, summary=True) -> str:
+    """Failures first, each with its tolerance and message; then passes grouped by family; then (with
+    `summary`) the summary line.
 
     Without `verbose`, passing comparisons are folded into one line per (family, convention, case)
     with the worst error-to-tolerance ratio, so the table stays readable at thousands of rows.
@@ -77,7 +78,8 @@ def terminal_table(records, *, verbose=False) -> str:
         for (backend, message), n in sorted(reasons.items()):
             lines.append(f"skipped {n} comparisons on {backend}: {message}")
     lines += _angle_summary(records)
-    lines.append(summary_line(records))
+    if summary:
+        lines.append(summary_line(records))
     return "\n".join(lines)
 
 
@@ -130,5 +132,6 @@ def json_report(records, *, argv, seed, seconds, versions) -> str:
     counts = Counter(r.status for r in records)
     return json.dumps({
         "argv": argv, "seed": seed, "seconds": round(seconds, 2), "python": platform.python_version(),
-        "versions": versions, "summary": dict(counts), "records": [r.as_dict() for r in records],
+        "versions": versions, "summary": dict(counts), "summary_line": summary_line(records),
+        "records": [r.as_dict() for r in records],
     }, indent=1, default=str)

@@ -14,6 +14,7 @@ from posenc_np._dtypes import is_float
 from posenc_np.testing import compare
 
 from ..adapters import DEFAULT_TORCH_COMPILE_BACKEND, BackendUnavailable, NotSupported, adapter
+from .profile import error_by_position
 from .registry import Case
 
 __all__ = ["Record", "run", "run_parallel", "run_implementations", "run_implementations_isolated",
@@ -48,6 +49,7 @@ class Record:
     worst_angle_err: float | None = None
     worst_angle_position: int | None = None
     worst_angle_index: list = field(default_factory=list)
+    error_by_position: list | None = None
 
     def as_dict(self):
         return asdict(self)
@@ -125,7 +127,8 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
         try:
             out = adapter(backend).call(case.fn or case.encoding, args, kwargs, mode=mode, cache=jit_cache,
                                         key=(case.id, dtype), compile_backend=compile_backend)
-            result = compare(_as_float64(out), desired, tol)
+            out = _as_float64(out)
+            result = compare(out, desired, tol)
         except NotSupported as error:  # a case this backend cannot express (ONNX: no graph for it)
             records.append(Record(**base, status="skip", message=f"not supported: {error}"))
             continue
@@ -139,7 +142,8 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
         records.append(Record(**base, status="pass" if result.passed else "fail", max_abs_err=result.max_abs_err,
                               err_in_tol=result.err_in_tol, worst_index=list(result.worst_index), tol=result.atol,
                               tol_why=result.tol_why, message=result.message,
-                              seconds=time.perf_counter() - started))
+                              seconds=time.perf_counter() - started,
+                              error_by_position=error_by_position(case, args, out, desired)))
     return records
 
 
@@ -473,7 +477,8 @@ def _judge(base, impl, case, args, kwargs, dtype, desired, case_tol, out, *, sec
     results = [compare(o, desired64, tol) for o in outputs]
     result = max(results, key=lambda r: (not r.passed, r.err_in_tol))
     fields = dict(max_abs_err=result.max_abs_err, err_in_tol=result.err_in_tol, worst_index=list(result.worst_index),
-                  tol=result.atol, tol_why=result.tol_why, message=result.message, seconds=seconds)
+                  tol=result.atol, tol_why=result.tol_why, message=result.message, seconds=seconds,
+                  error_by_position=error_by_position(case, args, outputs, desired64))
     if rope:
         angles = [e for e in (angle_error(o, desired64, np.shape(args[0]), args[1], kwargs)
                               for o in outputs if o.shape == desired64.shape) if e is not None]
