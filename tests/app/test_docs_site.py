@@ -1,0 +1,62 @@
+"""The documentation site: `mkdocs build --strict` (Material theme, the API reference generated from the
+docstrings by mkdocstrings) builds with no broken link or reference, and its getting-started page carries
+the README's two commands."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _commands(text: str) -> str:
+    return re.search(r"```bash\n(.*?)```", text, re.S).group(1)
+
+
+def test_getting_started_has_the_readme_commands():
+    assert _commands((ROOT / "docs" / "index.md").read_text()) == _commands((ROOT / "README.md").read_text())
+
+
+def test_every_docs_page_is_in_the_site_nav():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
+    assert pages and [p for p in pages if p not in nav] == []
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    pytest.importorskip("mkdocstrings_handlers.python")
+    pytest.importorskip("material")
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def test_site_builds_strict_with_the_api_reference_from_docstrings(site):
+    page = (site / "reference" / "posenc_np" / "index.html").read_text()
+    import posenc_np
+
+    # every public spec function has its entry, and the entry is its docstring (its first line)
+    for name in ("apply_rope", "sinusoidal", "alibi_bias", "t5_bias", "rope_schedule_from_hf_config"):
+        assert f'id="posenc_np.{name}"' in page, name
+        first_line = getattr(posenc_np, name).__doc__.strip().splitlines()[0]
+        words = re.sub(r"`", "", first_line).split()[:4]
+        assert all(w.split("(")[0] in re.sub(r"<[^>]+>", "", page) for w in words), (name, words)
+    assert (site / "api" / "index.html").exists() and (site / "ecosystem" / "index.html").exists()
+
+
+def test_site_pages_fetch_nothing_from_other_hosts_for_the_report(site):
+    """The site may use the theme's assets (served with it); the pages reference no other host's script."""
+    for html in site.rglob("*.html"):
+        text = html.read_text()
+        assert not re.search(r"<script[^>]+src=\"https?://", text), html
+        assert "fonts.googleapis" not in text and "fonts.gstatic" not in text, html
