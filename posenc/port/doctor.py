@@ -423,22 +423,37 @@ def diagnose_checkpoints(a, b) -> Diagnosis:
     type llama.cpp uses for the architecture, a wrong architecture (rope type), llama3 factors missing
     or different, the base, the rotary dim, per layer where it matters."""
     A, B = _Checkpoint(a), _Checkpoint(b)
-    findings, details = [], {"A": A.convention, "B": B.convention}
-    unexplained = []
+    details = {"A": A.convention, "B": B.convention}
     if (A.heads, A.kv_heads, A.head_dim, A.layers) != (B.heads, B.kv_heads, B.head_dim, B.layers):
         return Diagnosis(False, None, f"not the same model shape: A {A.heads} heads / {A.kv_heads} kv / head dim "
                                       f"{A.head_dim} / {A.layers} layers, B {B.heads} / {B.kv_heads} / {B.head_dim} / "
                                       f"{B.layers}")
-    if A.family.arch != B.family.arch:
-        hf, gg = (A, B) if A.convention == "hf" else (B, A)
-        if A.rope_type != B.rope_type:
-            findings.append(("rope-type", f"wrong rope type for this architecture: {gg.path} says general.architecture "
-                                          f"{gg.arch!r}, which llama.cpp rotates as {gg.rope_type.upper()} "
-                                          f"({gg.layout}); {hf.path}'s family converts to {hf.arch!r} "
-                                          f"({hf.rope_type.upper()})"))
-        else:
-            findings.append(("architecture", f"architectures differ ({A.arch!r} vs {B.arch!r}) with the same rope "
-                                             "type"))
+    findings = _architecture_findings(A, B)
+    rows, unexplained = _row_findings(A, B, wrong_arch=any(k == "rope-type" for k, _ in findings))
+    findings += rows + _settings_findings(A, B) + _llama3_findings(A, B)
+    problems = [(k, t) for k, t in findings if k != "ok"]
+    details["findings"] = [t for _, t in findings] + unexplained
+    if unexplained:
+        return Diagnosis(False, None, "\n  ".join(t for _, t in findings + [("x", u) for u in unexplained]), details)
+    if not problems:
+        return Diagnosis(True, "consistent", "consistent: " + "; ".join(t for _, t in findings), details)
+    return Diagnosis(True, problems[0][0], "\n  ".join(t for _, t in findings), details)
+
+
+def _architecture_findings(A, B) -> list:
+    """A wrong architecture: the rope type llama.cpp hard-codes for it, or only the name."""
+    if A.family.arch == B.family.arch:
+        return []
+    hf, gg = (A, B) if A.convention == "hf" else (B, A)
+    if A.rope_type != B.rope_type:
+        return [("rope-type", f"wrong rope type for this architecture: {gg.path} says general.architecture "
+                              f"{gg.arch!r}, which llama.cpp rotates as {gg.rope_type.upper()} ({gg.layout}); "
+                              f"{hf.path}'s family converts to {hf.arch!r} ({hf.rope_type.upper()})")]
+    return [("architecture", f"architectures differ ({A.arch!r} vs {B.arch!r}) with the same rope type")]
+
+
+def _row_findings(A, B, *, wrong_arch) -> tuple[list, list]:
+    """`(findings, unexplained)`: per run of layers, whether the q/k rows are permuted as the two rotations need."""
     relations = {}
     for i in range(A.layers):
         qa, ka = A.qk_rows(i)
@@ -447,14 +462,14 @@ def diagnose_checkpoints(a, b) -> Diagnosis:
         rk = _row_relation(ka, kb, A.kv_heads, A.rotary_dim)
         relations.setdefault(rq if rq == rk else f"q {rq}, k {rk}", []).append(i)
     needed = "same" if A.layout == B.layout else ("permuted" if A.layout == "half" else "permuted-back")
+    findings, unexplained = [], []
     for relation, layers in relations.items():
         where = _ranges(layers)
+        text = "q/k rows not permuted" if relation == "same" else "q/k rows permuted"
         if relation == needed:
-            text = ("q/k rows permuted" if relation != "same" else "q/k rows not permuted")
             findings.append(("ok", f"{where}: {text}, as {A.layout} (A) vs {B.layout} (B) rotation needs"))
         elif relation in ("same", "permuted", "permuted-back"):
-            text = "q/k rows not permuted" if relation == "same" else "q/k rows permuted"
-            if any(k == "rope-type" for k, _ in findings):
+            if wrong_arch:
                 findings.append(("rope-rows", f"{where}: {text}; they match the other architecture's rope type, "
                                               "so the architecture is what is wrong"))
             else:
@@ -464,32 +479,34 @@ def diagnose_checkpoints(a, b) -> Diagnosis:
                                               "the rope type is NORM)"))
         else:
             unexplained.append(f"{where}: q/k weights differ beyond any row permutation ({relation})")
+    return findings, unexplained
+
+
+def _settings_findings(A, B) -> list:
+    """The base (compared at float32, as GGUF stores it) and the rotary dim."""
+    findings = []
     if A.base != B.base and not np.isclose(np.float32(A.base), np.float32(B.base), rtol=0, atol=0):
         findings.append(("base", f"base differs: A {A.base:g}, B {B.base:g}"))
     if A.rotary_dim != B.rotary_dim:
         findings.append(("rotary-dim", f"rotary dim differs: A {A.rotary_dim}, B {B.rotary_dim}"))
+    return findings
+
+
+def _llama3_findings(A, B) -> list:
+    """An HF side's llama3 scaling against the GGUF side's `rope_freqs` tensor."""
     hf = next((s for s in (A, B) if s.convention == "hf"), None)
     gg = next((s for s in (A, B) if s.convention == "gguf"), None)
-    if hf is not None and gg is not None:
-        scaling = hf.scaling or {}
-        has = "rope_freqs.weight" in gg.reader
-        if scaling.get("rope_type") == "llama3":
-            if not has:
-                findings.append(("llama3", "llama3 factors missing: the HF config scales RoPE with rope_type llama3 "
-                                           "but the GGUF has no rope_freqs tensor (llama.cpp would run unscaled "
-                                           "frequencies; long contexts break)"))
-            else:
-                expected = llama3_rope_freqs(hf.rotary_dim, hf.base, scaling)
-                got = np.asarray(gg.reader.get("rope_freqs.weight"), np.float32)
-                if got.shape != expected.shape or not np.array_equal(got, expected):
-                    findings.append(("llama3", "llama3 factors differ: the GGUF's rope_freqs is not the HF config's "
-                                               "llama3 scaling"))
-        elif has:
-            findings.append(("llama3", "the GGUF has rope_freqs factors but the HF config has no llama3 scaling"))
-    problems = [(k, t) for k, t in findings if k != "ok"]
-    details["findings"] = [t for _, t in findings] + unexplained
-    if unexplained:
-        return Diagnosis(False, None, "\n  ".join(t for _, t in findings + [("x", u) for u in unexplained]), details)
-    if not problems:
-        return Diagnosis(True, "consistent", "consistent: " + "; ".join(t for _, t in findings), details)
-    return Diagnosis(True, problems[0][0], "\n  ".join(t for _, t in findings), details)
+    if hf is None or gg is None:
+        return []
+    scaling = hf.scaling or {}
+    has = "rope_freqs.weight" in gg.reader
+    if scaling.get("rope_type") != "llama3":
+        return [("llama3", "the GGUF has rope_freqs factors but the HF config has no llama3 scaling")] if has else []
+    if not has:
+        return [("llama3", "llama3 factors missing: the HF config scales RoPE with rope_type llama3 but the GGUF "
+                           "has no rope_freqs tensor (llama.cpp would run unscaled frequencies; long contexts break)")]
+    expected = llama3_rope_freqs(hf.rotary_dim, hf.base, scaling)
+    got = np.asarray(gg.reader.get("rope_freqs.weight"), np.float32)
+    if got.shape != expected.shape or not np.array_equal(got, expected):
+        return [("llama3", "llama3 factors differ: the GGUF's rope_freqs is not the HF config's llama3 scaling")]
+    return []
