@@ -53,8 +53,12 @@ ROPE_TYPE_OF_ARCH = {**{a: "none" for a in _NONE}, **{a: "norm" for a in _NORM},
 #: the posenc layout that each llama.cpp rope type rotates with
 ROPE_LAYOUT_OF_TYPE = {"norm": "interleaved", "neox": "half", "mrope": "half"}
 
+# `write_gguf`'s value types: the GGUFWriter method and the Python conversion of each
+_KV_WRITERS = {"uint32": ("add_uint32", int), "int32": ("add_int32", int), "uint64": ("add_uint64", int),
+               "float32": ("add_float32", float), "bool": ("add_bool", bool), "string": ("add_string", str),
+               "array": ("add_array", list)}
 #: value types `write_gguf` accepts in its key/value list
-GGUF_KV_TYPES = ("uint32", "int32", "uint64", "float32", "bool", "string", "array")
+GGUF_KV_TYPES = tuple(_KV_WRITERS)
 
 
 def rope_type(arch: str) -> str:
@@ -111,6 +115,24 @@ def read_gguf(path):
 _GGML = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
 
 
+def _add_tensor_info(writer, name, shape, dtype, block_type):
+    """The tensor info of one entry: its float type, or the byte shape of its blocks when quantized."""
+    import gguf
+
+    if dtype not in _GGML:
+        raise UsageError(f"tensor {name!r}: dtype {dtype} cannot be written to GGUF (float32, float16, bfloat16, "
+                         "float64 only)")
+    if block_type is not None:  # rows of (columns / block size) blocks
+        size, per_block = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, block_type)]
+        byte_shape = (*shape[:-1], shape[-1] // size * per_block)
+        writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape, dtype=np.int64)),
+                               raw_dtype=getattr(gguf.GGMLQuantizationType, block_type))
+        return
+    nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
+    writer.add_tensor_info(name, tuple(shape), numpy_dtype(dtype), nbytes,
+                           raw_dtype=getattr(gguf.GGMLQuantizationType, _GGML[dtype]))
+
+
 def write_gguf(path, entries, metadata, *, block=1 << 24):
     """Write `entries` (name, shape, dtype, thunk); `metadata["gguf"] = {"arch": ..., "kv": [(key, value, type)]}`,
     and `"types"`: GGUF name -> block type (Q8_0, Q4_0, ...) for tensors written quantized by
@@ -123,37 +145,13 @@ def write_gguf(path, entries, metadata, *, block=1 << 24):
                          "hf-qwen2-to-gguf, ...)")
     writer = gguf.GGUFWriter(path, spec["arch"])
     for key, value, kind in spec.get("kv", ()):
-        if kind == "string":
-            writer.add_string(key, str(value))
-        elif kind == "uint32":
-            writer.add_uint32(key, int(value))
-        elif kind == "int32":
-            writer.add_int32(key, int(value))
-        elif kind == "uint64":
-            writer.add_uint64(key, int(value))
-        elif kind == "float32":
-            writer.add_float32(key, float(value))
-        elif kind == "bool":
-            writer.add_bool(key, bool(value))
-        elif kind == "array":
-            writer.add_array(key, list(value))
-        else:
+        if kind not in _KV_WRITERS:
             raise AssertionError(f"internal: GGUF value type {kind!r} of {key!r}")
+        method, convert = _KV_WRITERS[kind]
+        getattr(writer, method)(key, convert(value))
     block_types = spec.get("types", {})  # GGUF name -> block type (gguf_quant.QUANTIZED) of --outtype q8_0, ...
     for name, shape, dtype, _ in entries:
-        if dtype not in _GGML:
-            raise UsageError(f"tensor {name!r}: dtype {dtype} cannot be written to GGUF (float32, float16, bfloat16, "
-                             "float64 only)")
-        kind = block_types.get(name)
-        if kind is not None:  # the byte shape of its blocks: rows of (columns / block) blocks
-            size, per_block = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, kind)]
-            byte_shape = (*shape[:-1], shape[-1] // size * per_block)
-            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape, dtype=np.int64)),
-                                   raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
-            continue
-        nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
-        writer.add_tensor_info(name, tuple(shape), numpy_dtype(dtype), nbytes,
-                               raw_dtype=getattr(gguf.GGMLQuantizationType, _GGML[dtype]))
+        _add_tensor_info(writer, name, shape, dtype, block_types.get(name))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
