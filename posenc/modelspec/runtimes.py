@@ -7,11 +7,16 @@ finding for every key it drops or reinterprets; settings a runtime cannot comput
 (never a silent fallback). Sources, per runtime:
 
     hf            transformers 5.24 (the file's own meaning)
-    vllm          vllm/model_executor/layers/rotary_embedding/__init__.py `get_rope` (commit 07b12f1b) and the
-                  classes it builds: dynamic_ntk_scaling_rope.py (3cfbaf33), ntk_scaling_rope.py (03587f55),
+    vllm          vLLM 0.33.0 vllm/model_executor/layers/rotary_embedding/__init__.py `get_rope`: forwards YaRN's
+                  `attention_factor` and `truncate` to YaRNScalingRotaryEmbedding (the wheel's yarn branch)
+    vllm-0.32     the same file at commit 07b12f1b (vLLM <= 0.32) and the classes it builds:
+                  dynamic_ntk_scaling_rope.py (3cfbaf33), ntk_scaling_rope.py (03587f55),
                   phi3_long_rope_scaled_rope.py (17d618b0), yarn_scaling_rope.py (0cd57848)
-    mlx           mlx-lm mlx_lm/models/rope_utils.py `initialize_rope`, models/llama.py, models/phi3.py
-                  (commit d78bf58e, 2026-08-22)
+    mlx           mlx-lm 0.32.2 mlx_lm/models/rope_utils.py `initialize_rope` (yarn kwargs :326-345 without
+                  attention_factor or truncate; "mrope" :366-371 a plain nn.RoPE), models/llama.py, models/phi3.py
+    llama.cpp (multi-axis)  ggml src/ggml-cpu/ops.cpp:5897-5906 at d99724f (IMROPE: T only where
+                  pair % 3 == 0 and pair < 3 s_t, unmatched pairs read the 4th stream) and src/llama-graph.cpp
+                  `llm_graph_input_pos::set_input` ("4th dim is all 0" for text tokens)
     llama.cpp     what a GGUF converted from this config computes: convert_hf_to_gguf.py (rope_freqs for llama3),
                   ggml `ggml_rope_yarn_corr_dims` (always floor/ceil), long/short factors chosen per context
     keras-hub     keras-hub 0.32.0 `RotaryEmbedding` (layers/modeling/rotary_embedding.py, PR #2981 merged)
@@ -37,8 +42,9 @@ __all__ = ["RUNTIMES", "runtime_spec", "MLX_READS_ROPE_PARAMETERS", "MLX_DEFAULT
 
 RUNTIMES = {
     "hf": "transformers 5.24 modeling_rope_utils.py",
-    "vllm": "vLLM rotary_embedding/__init__.py get_rope (07b12f1b)",
-    "mlx": "mlx-lm models/rope_utils.py initialize_rope (d78bf58e)",
+    "vllm": "vLLM 0.33.0 rotary_embedding/__init__.py get_rope",
+    "vllm-0.32": "vLLM rotary_embedding/__init__.py get_rope (07b12f1b, vLLM <= 0.32)",
+    "mlx": "mlx-lm 0.32.2 models/rope_utils.py initialize_rope",
     "llama.cpp": "llama.cpp convert_hf_to_gguf.py + ggml rope (GGUF of this config)",
     "keras-hub": "keras-hub 0.32.0 layers/modeling/rotary_embedding.py",
     "keras-hub-0.31": "keras-hub 0.31.x layers/modeling/rotary_embedding.py",
@@ -82,7 +88,7 @@ def _mlx_config(raw: dict, findings: list) -> dict:
     return cfg
 
 
-def _vllm_layer(layer, cfg, opts, findings):
+def _vllm_layer(layer, cfg, opts, findings, version="0.33"):
     s = dict(layer.scaling or {"rope_type": "default"})
     kind = s["rope_type"]
     if kind == "dynamic":
@@ -92,9 +98,13 @@ def _vllm_layer(layer, cfg, opts, findings):
     if kind == "ntk":
         return replace(layer, scaling={"rope_type": "vllm-ntk", "factor": s["factor"]})
     if kind == "yarn":
-        dropped = [k for k in ("attention_factor", "mscale", "mscale_all_dim") if s.get(k) is not None]
+        if version == "0.33":  # 0.33.0 get_rope forwards attention_factor and truncate, not the two mscales
+            dropped = [k for k in ("mscale", "mscale_all_dim") if s.get(k) is not None and
+                       s.get("attention_factor") is None]
+        else:
+            dropped = [k for k in ("attention_factor", "mscale", "mscale_all_dim") if s.get(k) is not None]
         if dropped:
-            _note(findings, "rope_parameters", f"vLLM get_rope does not forward {dropped} to "
+            _note(findings, "rope_parameters", f"vLLM {version} get_rope does not forward {dropped} to "
                   "YaRNScalingRotaryEmbedding: attention scale 0.1 ln(factor) + 1 (PR #46280)")
         return replace(layer, scaling={k: v for k, v in s.items() if k not in dropped})
     if kind == "longrope":
@@ -117,8 +127,8 @@ def _vllm_layer(layer, cfg, opts, findings):
 
 def _mlx_layer(layer, raw_params, cfg, findings):
     if layer.mrope_section is not None:
-        _note(findings, "mrope_section", "mlx-lm initialize_rope builds plain nn.RoPE for mrope: sections ignored",
-              True)
+        _note(findings, "mrope_section", "mlx-lm 0.32.2 initialize_rope (models/rope_utils.py:366-371) builds a "
+              "plain nn.RoPE for mrope: sections ignored, every pair turns by the temporal position", True)
         layer = replace(layer, mrope_section=None, mrope_interleaved=False)
     if cfg.get("rope_traditional"):
         layer = replace(layer, layout="interleaved")
@@ -132,7 +142,8 @@ def _mlx_layer(layer, raw_params, cfg, findings):
                   True)
         dropped = [k for k in ("attention_factor", "truncate") if k in raw]
         if dropped:
-            _note(findings, "rope_scaling", f"mlx-lm YarnRoPE does not read {dropped} (always truncates)")
+            _note(findings, "rope_scaling", f"mlx-lm 0.32.2 YarnRoPE does not read {dropped} (always truncates; "
+                  "models/rope_utils.py:326-345 passes neither)")
         return replace(layer, scaling={"rope_type": "mlx-yarn", "factor": s["factor"],
                                        "original_max_position_embeddings": int(original),
                                        "beta_fast": float(raw.get("beta_fast", 32)),
@@ -161,7 +172,20 @@ def _mlx_layer(layer, raw_params, cfg, findings):
     raise ValueError(f"mlx-lm initialize_rope raises 'Unsupported RoPE type {kind}'")
 
 
+def imrope_unrotated_pairs(section, num_pairs):
+    """Pairs llama.cpp's IMROPE leaves to the 4th position stream (0 for text tokens) where HF's Qwen3-VL map
+    turns them by the temporal position: `j % 3 == a` and `j >= 3 * section[a]` (ggml-cpu/ops.cpp:5897-5906)."""
+    return [j for j in range(num_pairs) if j >= 3 * section[j % 3]] if len(section) == 3 else []
+
+
 def _llamacpp_layer(layer, opts, cfg, findings):
+    if layer.mrope_section is not None and layer.mrope_interleaved:
+        pairs = imrope_unrotated_pairs(list(layer.mrope_section), layer.rotary_dim // 2)
+        if pairs:
+            _note(findings, "mrope_section", f"llama.cpp IMROPE (ggml-cpu/ops.cpp:5897-5906 at d99724f) takes pairs "
+                  f"{pairs} of mrope_section={list(layer.mrope_section)} from the 4th position stream, which "
+                  "llama-graph.cpp llm_graph_input_pos::set_input sets to 0 for text tokens: unrotated, where HF "
+                  "turns them by the temporal position", True)
     s = dict(layer.scaling or {"rope_type": "default"})
     kind = s["rope_type"]
     if kind == "llama3":
@@ -241,7 +265,7 @@ def runtime_spec(config: dict, runtime: str, *, source: str = "<dict>", max_mode
     findings = []
     raw = copy.deepcopy(dict(config))
     if hf_overrides:
-        if runtime != "vllm":
+        if not runtime.startswith("vllm"):
             raise ValueError("hf_overrides is vLLM's option; use it with runtime='vllm'")
         raw.update(copy.deepcopy(dict(hf_overrides)))
         _note(findings, "hf_overrides", f"merged into the config: {sorted(hf_overrides)}")
@@ -260,8 +284,8 @@ def runtime_spec(config: dict, runtime: str, *, source: str = "<dict>", max_mode
             continue
         if runtime == "hf":
             out.append(layer)
-        elif runtime == "vllm":
-            out.append(_vllm_layer(layer, cfg, opts, spec.findings))
+        elif runtime.startswith("vllm"):
+            out.append(_vllm_layer(layer, cfg, opts, spec.findings, "0.32" if runtime == "vllm-0.32" else "0.33"))
         elif runtime == "mlx":
             nested = params and all(isinstance(v, dict) or v is None for v in params.values())
             raw_params = None if nested else params

@@ -273,3 +273,59 @@ def test_v4_sweep_reads_or_refuses_every_model_type_and_no_dialect_regresses():
     assert counts["read"] >= 230  # transformers 5.24: 238
     regressed = [mt for mt, (st, _) in v4.items() if st == "refused" and v5[mt][0] == "read"]
     assert not regressed, f"read as transformers 5 writes them, refused in their transformers-4 form: {regressed}"
+
+
+# --- what runtimes compute (posenc spec --runtime) -----------------------------------------------------------
+
+YARN = {"model_type": "llama", "num_hidden_layers": 1, "head_dim": 16, "hidden_size": 64, "num_attention_heads": 4,
+        "max_position_embeddings": 131072, "rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                         "attention_factor": 1.25, "truncate": False, "beta_fast": 32.0, "beta_slow": 1.0}}
+
+
+def test_vllm_033_forwards_yarn_attention_factor_and_truncate_032_does_not():
+    from posenc.modelspec.runtimes import runtime_spec
+
+    new, old = runtime_spec(dict(YARN), "vllm").layers[0], runtime_spec(dict(YARN), "vllm-0.32").layers[0]
+    assert new.scaling["attention_factor"] == 1.25 and new.scaling["truncate"] is False
+    assert new.plan().attention_scale == pytest.approx(1.25)
+    assert "attention_factor" not in old.scaling
+    assert old.plan().attention_scale == pytest.approx(0.1 * np.log(32.0) + 1.0)
+
+
+def test_mlx_lm_032_drops_yarn_attention_factor_and_truncate_and_runs_mrope_1d():
+    from posenc.modelspec.runtimes import runtime_spec
+
+    spec = runtime_spec(dict(YARN), "mlx")
+    assert spec.layers[0].scaling["rope_type"] == "mlx-yarn"
+    assert any("attention_factor" in f.message and "truncate" in f.message for f in spec.findings)
+    vl = runtime_spec(json.loads(json.dumps(MORE["qwen2-vl"])), "mlx")
+    assert all(layer.mrope_section is None for layer in vl.layers)
+    # the cited lines of the installed mlx-lm say so
+    mlx_lm = pytest.importorskip("mlx_lm")
+    lines = (Path(mlx_lm.__file__).parent / "models" / "rope_utils.py").read_text().splitlines()
+    yarn = "\n".join(lines[325:345])
+    assert 'rope_type in ("yarn"' in yarn and "attention_factor" not in yarn and "truncate" not in yarn
+    mrope = "\n".join(lines[365:371])
+    assert 'rope_type == "mrope"' in mrope and "return nn.RoPE(dims, traditional=traditional, base=base)" in mrope
+
+
+def test_llamacpp_imrope_unrotated_pairs_equal_ggml():
+    from posenc.modelspec.runtimes import imrope_unrotated_pairs, runtime_spec
+
+    assert imrope_unrotated_pairs([24, 20, 20], 64) == [61, 62]
+    assert imrope_unrotated_pairs([11, 11, 10], 32) == []  # Qwen3.5: none
+    spec = runtime_spec(json.loads(json.dumps(QWEN3_VL)), "llama.cpp")
+    assert any("[61, 62]" in f.message and "ops.cpp:5897-5906" in f.message for f in spec.findings)
+    pytest.importorskip("ggml")
+    from posenc.impl.builtin import ggml as ggml_impl
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 9, 128)).astype(np.float32)
+    positions = np.arange(9) * 911
+    ids = np.stack([positions] * 3)[:, None, :]  # a text token: the same id on every axis
+    got = np.asarray(ggml_impl.apply_rope(x, ids, base=5e6, mrope_section=[24, 20, 20], mrope_interleaved=True))
+    want = pn.apply_rope(x.astype(np.float64), ids, base=5e6, mrope_section=[24, 20, 20], mrope_interleaved=True)
+    differ = sorted({j % 64 for j in np.nonzero(np.abs(got - want).max(axis=(0, 1)) > 1e-3)[0]})
+    assert differ == [61, 62]
+    np.testing.assert_allclose(got[..., [61, 62, 125, 126]], x[..., [61, 62, 125, 126]], atol=1e-6)
