@@ -13,7 +13,7 @@ from .rope import (RotaryEmbedding, apply_rope, permute_qk_rows, rope_cos_sin, r
                    scaling_from_hf_config)
 from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
 from .schedule import rope_modules_from_schedule, rope_schedule_from_hf_config
-from .temperature import llama4_attn_scale
+from .temperature import llama4_attn_scale, llama_4_scaling
 from .sinusoidal import SinusoidalEncoding, sinusoidal
 from .t5 import T5RelativeBias, t5_bias, t5_bucket
 from .cope import CoPE, cope
@@ -47,6 +47,7 @@ __all__ = [
     "mla_rope_permutation",
     "mla_softmax_scale",
     "llama4_attn_scale",
+    "llama_4_scaling",
     "ALiBi",
     "RelativePositionEmbedding",
     "T5RelativeBias",
