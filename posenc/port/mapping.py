@@ -214,68 +214,26 @@ def _used(globs, names, what):
 
 
 def build_plan(reader, rules: Rules) -> list[Entry]:
-    """The output entries in source order; UsageError for unmatched patterns, bad shapes, collisions."""
-    names = reader.names()
-    missing = [n for n in rules.require if n not in reader]
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise UsageError(f"SOURCE {reader.path!r} lacks required tensor(s) {shown}")
-    _check_rope_options(rules)
-    for what, globs in (("--rename", [g for g, _ in rules.rename]), ("--drop", rules.drop),
-                        ("--transpose", rules.transpose), ("--split", [s[0] for s in rules.split]),
-                        ("--strip-offset", [g for g, _ in rules.strip]), ("--add-offset", [g for g, _ in rules.pad]),
-                        ("--resize", [r[0] for r in rules.resize]), ("--reverse", rules.reverse),
-                        ("--rope-q", rules.rope_q), ("--rope-k", rules.rope_k)):
-        _used(globs, names, what)
+    """The output entries in source order; UsageError for unmatched patterns, bad shapes, collisions.
+
+    Passes: the rules checked against SOURCE's names, each tensor split or renamed (with its role and tags)
+    and converted, the q/k norms permuted, the generated tensors added, then no two entries on one target."""
+    _check_rules(reader, rules)
     entries, unknown = [], []
-    for name in names:
+    for name in reader.names():
         if _matches(rules.drop, name):
             continue
-        shape, dtype = reader.shape(name), reader.dtype(name)
         splits = [s for s in rules.split if glob_match(name, s[0])]
         if splits:
-            glob, templates, rows, roles = splits[0]
-            groups = glob_regex(glob).match(name).groups()
-            if rows is None and shape and rules.heads:  # q: heads, k and v: kv heads, of one head dim
-                units = rules.heads + 2 * (rules.kv_heads or rules.heads)
-                hd = shape[0] // units
-                rows = [rules.heads * hd, (rules.kv_heads or rules.heads) * hd, (rules.kv_heads or rules.heads) * hd]
-            if not shape or rows is None or sum(rows) != shape[0]:
-                raise UsageError(f"--split of {name!r}: parts of {rows} rows do not add up to its shape {shape}")
-            start = 0
-            for template, count, role in zip(templates, rows, roles, strict=True):
-                target = _fill(template, groups)
-                target = rules.target_name(target) if rules.target_name else target
-                entry = Entry(target, name, shape, dtype, [Op("rows", (start, start + count))],
-                              {"key": groups, "role": role})
-                start += count
-                entries.append(_convert(entry, rules, name, role))
+            entries += _split_entries(reader, name, splits[0], rules)
             continue
-        target = None
-        for glob, template in rules.rename:
-            match = glob_regex(glob).match(name)
-            if match:
-                target = _fill(template, match.groups())
-                break
-        if target is None:
+        entry, known = _renamed_entry(reader, name, rules)
+        entries.append(entry)
+        if not known:
             unknown.append(name)
-            target = name
-        if rules.target_name:
-            target = rules.target_name(target)
-        role, key = None, (name,)
-        for role_name, globs in (("q", rules.rope_q), ("k", rules.rope_k)):
-            for glob in globs:
-                if match := glob_regex(glob).match(name):
-                    role, key = role_name, match.groups()  # q and k of one layer share their captures
-        tags = {"key": key, "role": role}
-        for glob, extra in rules.tags:
-            if glob_match(name, glob):
-                tags.update(extra)
-        entries.append(_convert(Entry(target, name, shape, dtype, [], tags), rules, name, role))
     if rules.strict and unknown:
-        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise UsageError(f"the preset has no name for SOURCE tensor(s) {shown}: not the checkpoint layout it "
-                         "converts (use conversion options, with --drop for tensors to leave out)")
+        raise UsageError(f"the preset has no name for SOURCE tensor(s) {_shown(unknown)}: not the checkpoint layout "
+                         "it converts (use conversion options, with --drop for tensors to leave out)")
     _permute_qk_norms(entries, rules)
     for name, array in rules.generated:
         array = np.ascontiguousarray(array)
@@ -286,6 +244,70 @@ def build_plan(reader, rules: Rules) -> list[Entry]:
             raise UsageError(f"two source tensors map to {entry.target!r}: {seen[entry.target]!r} and {entry.source!r}")
         seen[entry.target] = entry.source
     return entries
+
+
+def _shown(names):
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_rules(reader, rules):
+    """Required tensors present, RoPE options complete, every glob of every rule matching a SOURCE name."""
+    names = reader.names()
+    missing = [n for n in rules.require if n not in reader]
+    if missing:
+        raise UsageError(f"SOURCE {reader.path!r} lacks required tensor(s) {_shown(missing)}")
+    _check_rope_options(rules)
+    for what, globs in (("--rename", [g for g, _ in rules.rename]), ("--drop", rules.drop),
+                        ("--transpose", rules.transpose), ("--split", [s[0] for s in rules.split]),
+                        ("--strip-offset", [g for g, _ in rules.strip]), ("--add-offset", [g for g, _ in rules.pad]),
+                        ("--resize", [r[0] for r in rules.resize]), ("--reverse", rules.reverse),
+                        ("--rope-q", rules.rope_q), ("--rope-k", rules.rope_k)):
+        _used(globs, names, what)
+
+
+def _split_entries(reader, name, split, rules) -> list[Entry]:
+    """The q, k, v entries of a fused tensor split by rows (q: heads, k and v: kv heads, of one head dim)."""
+    shape, dtype = reader.shape(name), reader.dtype(name)
+    glob, templates, rows, roles = split
+    groups = glob_regex(glob).match(name).groups()
+    if rows is None and shape and rules.heads:
+        kv = rules.kv_heads or rules.heads
+        head_dim = shape[0] // (rules.heads + 2 * kv)
+        rows = [rules.heads * head_dim, kv * head_dim, kv * head_dim]
+    if not shape or rows is None or sum(rows) != shape[0]:
+        raise UsageError(f"--split of {name!r}: parts of {rows} rows do not add up to its shape {shape}")
+    entries, start = [], 0
+    for template, count, role in zip(templates, rows, roles, strict=True):
+        target = _fill(template, groups)
+        target = rules.target_name(target) if rules.target_name else target
+        entry = Entry(target, name, shape, dtype, [Op("rows", (start, start + count))], {"key": groups, "role": role})
+        start += count
+        entries.append(_convert(entry, rules, name, role))
+    return entries
+
+
+def _renamed_entry(reader, name, rules) -> tuple[Entry, bool]:
+    """`(entry, renamed)`: the tensor under its first matching rename (its own name if none matches), with its
+    q/k role (q and k of one layer share their glob captures, the pair's key) and tags, converted."""
+    target, renamed = name, False
+    for glob, template in rules.rename:
+        match = glob_regex(glob).match(name)
+        if match:
+            target, renamed = _fill(template, match.groups()), True
+            break
+    if rules.target_name:
+        target = rules.target_name(target)
+    role, key = None, (name,)
+    for role_name, globs in (("q", rules.rope_q), ("k", rules.rope_k)):
+        for glob in globs:
+            if match := glob_regex(glob).match(name):
+                role, key = role_name, match.groups()
+    tags = {"key": key, "role": role}
+    for glob, extra in rules.tags:
+        if glob_match(name, glob):
+            tags.update(extra)
+    entry = Entry(target, name, reader.shape(name), reader.dtype(name), [], tags)
+    return _convert(entry, rules, name, role), renamed
 
 
 def _permute_qk_norms(entries, rules):
