@@ -91,19 +91,15 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
     """
     bias = jnp.asarray(bias)
     check_float_dtype("bias", bias.dtype, jnp.issubdtype(bias.dtype, jnp.floating))
-    if bias.ndim < 2:
-        raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal={causal!r} must be a bool")
+    spec.check_document_bias_args(bias.shape, causal)
     cu = _cu(cu_seqlens)
+    total = None if is_tracing(cu) else int(cu[-1])
     indices = []
     for name, index, size in (("q_index", q_index, bias.shape[-2]), ("k_index", k_index, bias.shape[-1])):
         index = jnp.arange(size) if index is None else jnp.asarray(index)
-        if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != (size,):
-            raise ValueError(f"{name} must be an integer [{size}] array to match bias {bias.shape}, "
-                             f"got {index.dtype} shape {index.shape}")
-        if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
-            spec.check_document_index(name, np.asarray(index), int(cu[-1]))
+        spec.check_document_index_tensor(name, index.shape, index.dtype, size=size, bias_shape=bias.shape,
+                                         is_integer=jnp.issubdtype(index.dtype, jnp.integer), total=total,
+                                         values=None if is_tracing(index) else np.asarray(index))
         indices.append(index.astype(cu.dtype))
     q_idx, k_idx = indices
     keep = _doc(cu, q_idx)[:, None] == _doc(cu, k_idx)[None, :]

@@ -53,6 +53,8 @@ __all__ = [
     "check_cp_shards",
     "check_cp_divisible",
     "check_total",
+    "check_document_bias_args",
+    "check_document_index_tensor",
     "check_offset",
     "check_rerotate_args",
     "check_axis",
@@ -106,6 +108,25 @@ def check_document_index(name, index, total) -> None:
     if index.size and (index.min() < 0 or index.max() >= total):
         raise ValueError(f"{name} must lie in [0, cu_seqlens[-1]={total}), got values in "
                          f"[{int(index.min())}, {int(index.max())}]")
+
+
+def check_document_bias_args(bias_shape, causal) -> None:
+    """`document_bias`'s bias is `[..., q, k]` (a shape: checked under a trace too) and `causal` a bool."""
+    if len(tuple(bias_shape)) < 2:
+        raise ValueError(f"bias must be [..., q, k], got shape {tuple(bias_shape)}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal={causal!r} must be a bool")
+
+
+def check_document_index_tensor(name, shape, dtype, *, size, bias_shape, is_integer, values=None, total=None):
+    """A backend's `q_index`/`k_index`: an integer (`is_integer`, the backend's test) `[size]` tensor for a
+    bias axis of `size`; when the values of it and of `cu_seqlens` can be read (`values`, NumPy, and
+    `total = cu_seqlens[-1]`; None under a trace), inside the packed row as `check_document_index` asks."""
+    if not is_integer or tuple(shape) != (size,):
+        raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias_shape)}, "
+                         f"got {dtype} shape {tuple(shape)}")
+    if values is not None and total is not None:
+        check_document_index(name, values, total)
 
 
 def check_total(total, cu_last, *, where="where cu_seqlens cannot be read") -> int:
@@ -339,10 +360,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
     """
     bias = np.asarray(bias)
     check_float_dtype("bias", bias.dtype)  # a float bias: -inf must be representable
-    if bias.ndim < 2:
-        raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal={causal!r} must be a bool")
+    check_document_bias_args(bias.shape, causal)
     cu = check_cu_seqlens(cu_seqlens)
     total = int(cu[-1])
     indices = []

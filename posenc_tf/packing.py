@@ -92,19 +92,15 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
     """
     bias = as_tensor(bias)
     check_float_dtype("bias", tf.as_dtype(bias.dtype).name, tf.as_dtype(bias.dtype).is_floating)
-    if bias.shape.rank < 2:
-        raise ValueError(f"bias must be [..., q, k], got shape {bias.shape}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal={causal!r} must be a bool")
+    spec.check_document_bias_args(bias.shape, causal)
     cu = _cu(cu_seqlens)
+    total = None if is_tracing(cu) else int(cu[-1])
     indices = []
     for name, index, size in (("q_index", q_index, bias.shape[-2]), ("k_index", k_index, bias.shape[-1])):
         index = tf.range(size) if index is None else as_tensor(index)
-        if not index.dtype.is_integer or tuple(index.shape) != (size,):
-            raise ValueError(f"{name} must be an integer [{size}] tensor to match bias {tuple(bias.shape)}, "
-                             f"got {index.dtype} shape {tuple(index.shape)}")
-        if not (is_tracing(cu) or is_tracing(index)):  # the spec's range check (a bias wider than the row)
-            spec.check_document_index(name, index.numpy(), int(cu[-1]))
+        spec.check_document_index_tensor(name, index.shape, index.dtype, size=size, bias_shape=bias.shape,
+                                         is_integer=index.dtype.is_integer, total=total,
+                                         values=None if is_tracing(index) else index.numpy())
         indices.append(tf.cast(index, cu.dtype))
     q_idx, k_idx = indices
     keep = tf.equal(_doc(cu, q_idx)[:, None], _doc(cu, k_idx)[None, :])
