@@ -96,8 +96,9 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     layer = keras_hub.layers.SinePositionEncoding(max_wavelength=float(base), dtype=compute)
     rows = p if p.ndim == 2 else p[None]
     inputs = np.zeros((*rows.shape, int(dim)), dtype=np.dtype("float32"))
-    out = layer(ad.from_numpy(inputs.astype(adapter("numpy").dtype(compute))),
-                positions=ad.from_numpy(rows.astype(adapter("numpy").dtype(compute))))
+    with np.errstate(over="ignore"):  # float16 positions past 65504 become inf, as the layer's own cast makes them
+        cast = rows.astype(adapter("numpy").dtype(compute))
+    out = layer(ad.from_numpy(inputs.astype(adapter("numpy").dtype(compute))), positions=ad.from_numpy(cast))
     out = np.asarray(ad.to_numpy(out))
     return ad.from_numpy(out if p.ndim == 2 else out[0])
 
