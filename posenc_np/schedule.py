@@ -54,6 +54,7 @@ from .scaling import SCALING_TYPES, resolve_scaling
 
 __all__ = [
     "rope_schedule_from_hf_config",
+    "decoder_config",
     "INTERLEAVED_FAMILIES",
     "NO_ROPE_LAYERS_USES_ROPE",
     "ROPE_ONLY_ON_SLIDING",
@@ -200,7 +201,7 @@ def _has_positions(cfg: dict) -> bool:
     return any(any(m in key for m in _POSITION_MARKERS) for key in cfg)
 
 
-def _decoder_config(cfg: dict) -> dict:
+def decoder_config(cfg: dict) -> dict:
     """The config that holds the decoder's positions: the top level, else the first of `TEXT_CONFIG_KEYS`
     with position keys (a nested config without `model_type` takes the parent's); the family's
     `CONFIG_ATTRIBUTE_MAPS` aliases filled in."""
@@ -351,6 +352,8 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
     params = dict(params)
     kind = params.pop("rope_type", None)
     legacy = params.pop("type", None)
+    if legacy == "mrope" and kind == "default":  # what configuration_qwen2_vl.py writes next to a v4 "mrope"
+        legacy = kind
     if kind is not None and legacy is not None and kind != legacy:
         raise ValueError(f"{where}: rope_type={kind!r} and type={legacy!r} disagree")
     kind = kind or legacy or "default"
@@ -457,7 +460,7 @@ def rope_schedule_from_hf_config(config) -> list:
         ...     "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}, "no_rope_layers": [1, 0]})[1] is None
         True
     """
-    cfg = _decoder_config(load_hf_config(config))
+    cfg = decoder_config(load_hf_config(config))
     model_type = cfg.get("model_type")
     where = f"model_type={model_type!r}"
     if not _has_positions(cfg):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from posenc_np.rope import scaling_from_hf_config
-from posenc_np.schedule import rope_schedule_from_hf_config
+from posenc_np.schedule import decoder_config, rope_schedule_from_hf_config
 
 from ..canonical import Finding, LayerSpec, ModelSpec
 
@@ -74,10 +73,8 @@ def _hf_findings(cfg: dict, where: str) -> tuple[dict, list]:
 
 
 def _text_config(cfg: dict) -> dict:
-    text = cfg.get("text_config")
-    if isinstance(text, dict) and not any(k in cfg for k in ("rope_parameters", "rope_scaling", "rope_theta")):
-        return {**text, "model_type": text.get("model_type") or cfg.get("model_type")}
-    return cfg
+    """The decoder's config: the schedule reader's rule (text_config / llm_config / language_config)."""
+    return decoder_config(cfg)
 
 
 def _max_pos(cfg):
@@ -100,9 +97,12 @@ def _layers_from_schedule(schedule, head_dim_of) -> list:
         if entry is None:
             out.append(LayerSpec(rope=False))
         else:
+            section = entry.get("mrope_section")
             out.append(LayerSpec(rope=True, layout=entry["layout"], rotary_dim=int(entry["rotary_dim"]),
                                  head_dim=head_dim_of(entry), base=float(entry["base"]),
-                                 scaling=None if entry["scaling"] is None else dict(entry["scaling"])))
+                                 scaling=None if entry["scaling"] is None else dict(entry["scaling"]),
+                                 mrope_section=None if section is None else tuple(section),
+                                 mrope_interleaved=bool(entry.get("mrope_interleaved", False))))
     return out
 
 
@@ -112,8 +112,7 @@ def read_hf_config(config, *, source: str = "<dict>") -> ModelSpec:
     Follows transformers 5.24: `RotaryEmbeddingConfigMixin.standardize_rope_params` (v4 `rope_scaling` /
     `rope_theta` and v5 `rope_parameters`, `type` -> `rope_type`, original length moved into the dict) and
     the per-layer schedule of `posenc_np.schedule.rope_schedule_from_hf_config` (layer types, NoPE layers,
-    Gemma/Cohere/Llama 4 rules, MLA). Multi-axis configs (`mrope_section`) are read with
-    `posenc_np.rope.scaling_from_hf_config` (every layer alike). A config without `rope_theta` gets the
+    Gemma/Cohere/Llama 4 rules, MLA, multi-axis sections with their family's layout). A config without `rope_theta` gets the
     transformers class `default_theta`, with a lint finding.
 
     Raises:
@@ -125,32 +124,19 @@ def read_hf_config(config, *, source: str = "<dict>") -> ModelSpec:
     params = _hf_params(cfg)
     nested = bool(params) and all(isinstance(v, dict) or v is None for v in params.values())
     flat = params if not nested else {}
-    num_layers = cfg.get("num_hidden_layers")
-    if flat.get("mrope_section") is not None or flat.get("rope_type") in ("mrope", "axial") or (
-            flat.get("type") == "mrope"):
-        settings = scaling_from_hf_config(cfg)
-        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-        layer = LayerSpec(rope=True, layout="half", rotary_dim=settings["rotary_dim"], head_dim=int(head_dim),
-                          base=settings["base"], scaling=settings["scaling"],
-                          mrope_section=tuple(settings.get("mrope_section") or ()) or None,
-                          mrope_interleaved=bool(settings.get("mrope_interleaved", False)))
-        if not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"{where}: num_hidden_layers={num_layers!r} must be a positive integer")
-        layers = [layer] * num_layers
-    else:
-        try:
-            schedule = rope_schedule_from_hf_config(cfg)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{source}: {error}") from None
-        mla = cfg.get("qk_rope_head_dim")
+    try:  # multi-axis text models too: the schedule carries their sections and layout
+        schedule = rope_schedule_from_hf_config(cfg)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source}: {error}") from None
+    mla = cfg.get("qk_rope_head_dim")
 
-        def head_dim_of(entry):
-            if mla:
-                return int(mla)
-            hd = cfg.get("head_dim") or (cfg.get("hidden_size", 0) // max(cfg.get("num_attention_heads") or 1, 1))
-            return int(max(hd, entry["rotary_dim"]))
+    def head_dim_of(entry):
+        if mla:
+            return int(mla)
+        hd = cfg.get("head_dim") or (cfg.get("hidden_size", 0) // max(cfg.get("num_attention_heads") or 1, 1))
+        return int(max(hd, entry["rotary_dim"]))
 
-        layers = _layers_from_schedule(schedule, head_dim_of)
+    layers = _layers_from_schedule(schedule, head_dim_of)
     original = cfg.get("original_max_position_embeddings") or next(
         (d.get("original_max_position_embeddings") for d in ([flat] if flat else [v for v in params.values()
                                                                                   if isinstance(v, dict)])
