@@ -16,6 +16,7 @@ import numpy as np
 
 from posenc_np._dtypes import numpy_dtype
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
+
 from .registry import Case, register
 
 __all__ = ["EDGE_CONVENTION", "EDGE_TABLE_ROWS", "is_edge_case", "NON_CONTIGUOUS_WIDTH"]

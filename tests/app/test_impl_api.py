@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import textwrap
 
-import numpy as np
 import pytest
 
 import posenc_np
@@ -164,7 +163,7 @@ def test_impl_list_shows_every_builtin(capsys):
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out] == list(BUILTINS)
     assert len(out) >= 8
-    for line, name in zip(out, BUILTINS):
+    for line, name in zip(out, BUILTINS, strict=True):
         installed, version = builtin_status(name)
         assert (line.split()[1] == "installed") == installed and (version or "-") in line
 

@@ -117,7 +117,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
 def _bloom_mask(k_positions: np.ndarray) -> np.ndarray:
     """The attention mask whose `(cumsum(mask) - 1) * mask` is `k_positions` `[batch, k]` (NotSupported if none)."""
     mask = (k_positions > 0).astype(np.int64)
-    for row, p in zip(mask, k_positions):
+    for row, p in zip(mask, k_positions, strict=True):
         first = np.flatnonzero(p > 0)
         row[(first[0] - 1) if first.size and first[0] > 0 else (0 if not first.size else first[0])] = 1
     if not np.array_equal((np.cumsum(mask, axis=-1) - 1) * mask, k_positions):
