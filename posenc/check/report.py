@@ -122,9 +122,16 @@ def _format(rows, header=_COLUMNS):
 
 
 def markdown_table(records) -> str:
+    """Every comparison, failures first; with `--impl` records, the worst angle error and the diagnosis too."""
+    impl = any(r.impl is not None for r in records)
+    columns = _COLUMNS + (("worst angle error", "diagnosis") if impl else ())
+
+    def row(r):
+        return _row(r) + ((_angle(r), r.diagnosis or "") if impl else ())
+
     lines = ["# posenc check report", "", summary_line(records), "",
-             "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
-    lines += ["| " + " | ".join(_row(r)) + " |" for r in _sorted(records)]
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row(r)) + " |" for r in _sorted(records)]
     return "\n".join(lines) + "\n"
 
 
