@@ -14,10 +14,10 @@ import inspect
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from ..adapters import NotSupported
+
 __all__ = ["Implementation", "ImplementationUnavailable", "ANGLE_CLASSES", "ROPE_LAYOUTS", "NotSupported",
            "accepts_keyword"]
-
-from ..adapters import NotSupported
 
 #: The precision classes of RoPE angles (docs/tolerances.md, "Other implementations"):
 #: "float64" posenc's own goal (1e-6 rad at any position), "float32" angles formed as a float32 product
