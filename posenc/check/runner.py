@@ -335,8 +335,13 @@ def run_implementations(cases, impls, *, dtypes, seed=0, progress=None):
             status, message = ("pass", f"refused (raising is correct here): {text}") if edge else ("error", text)
             records.append(Record(**base, status=status, message=message, seconds=time.perf_counter() - started))
             continue
-        records.append(_judge(base, impl, case, args, kwargs, dtype, desired, case_tol, out,
-                              seconds=time.perf_counter() - started))
+        try:
+            records.append(_judge(base, impl, case, args, kwargs, dtype, desired, case_tol, out,
+                                  seconds=time.perf_counter() - started))
+        except Exception as error:  # noqa: BLE001 - an output that is not an array of numbers
+            records.append(Record(**base, status="error", seconds=time.perf_counter() - started,
+                                  message=f"the output cannot be compared with the spec's "
+                                          f"{np.shape(desired)} array: {type(error).__name__}: {error}"[:400]))
     return records
 
 

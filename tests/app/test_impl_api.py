@@ -251,3 +251,18 @@ def test_a_crashing_or_hanging_implementation_is_reported_and_the_others_kept(tm
                for r in by["crashes"])
     assert all(r["status"] == "error" and "timed out after 60 s" in r["message"] for r in by["hangs"])
     assert all(r["status"] == "pass" for r in by["user-spec"])
+
+
+@pytest.mark.parametrize("returned", [None, "text", [[1, 2], [3]]])
+def test_an_output_that_is_not_an_array_is_an_error_not_a_crash(returned):
+    impl = Implementation("odd", "numpy", {"apply_rope": lambda x, positions, **kw: returned})
+    [record] = run_implementations([CASES["rope/hf-llama/short"]], [impl], dtypes=["float32"])
+    assert record.status in ("error", "fail"), record
+    assert record.status != "pass"
+
+
+def test_a_wrongly_shaped_output_fails_naming_the_shapes():
+    impl = Implementation("shape", "numpy", {"apply_rope": lambda x, positions, **kw: x[..., :8]})
+    [record] = run_implementations([CASES["rope/hf-llama/short"]], [impl], dtypes=["float32"])
+    assert record.status == "fail" and "shape (2, 2, 8, 8) != spec shape (2, 2, 8, 16)" in record.message
+    assert record.diagnosis == "unknown"
