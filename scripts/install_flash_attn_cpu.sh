@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${1:-.flash-attn-cpu}
 FLASH_ATTN_VERSION=${FLASH_ATTN_VERSION:-2.8.3.post2}
-pip install -c constraints.txt --no-deps -r requirements-nodeps.txt  # triton (the interpreter) among them
+pip install --no-deps "triton==3.9.0"  # the interpreter (requirements-nodeps.txt pins it)
 FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \
     pip install --no-deps --no-build-isolation --target "$TARGET" "flash-attn==${FLASH_ATTN_VERSION}"
 PYTHONPATH="$TARGET" python -m posenc check --impl list | grep -E "^flash-attn "

@@ -130,6 +130,24 @@ FINDINGS = (
                      "out = ggml_rope_multi(ctx, x, pos4, None, 128, sections, GGML_ROPE_TYPE_IMROPE, 0, 5e6, 1, 0, 1, 32, 1)\n"
                      "# vs posenc_np.apply_rope(x, pos3, base=5e6, mrope_section=[24, 20, 20], mrope_interleaved=True):\n"
                      "# equal except channels 61, 62 (and 125, 126), which are x itself when pos4's 4th stream is 0"},
+    {"implementation": "vllm", "title": "the CPU rotary_embedding op reads past its cache without a check",
+     "text": "`forward_cpu` (vLLM's C++ `rotary_embedding`) indexes `cos_sin_cache` with the positions as given: "
+             "positions at or past `max_position`, and negative ones, return garbage (finite huge values or "
+             "inf/NaN) with no error, where `forward_native` raises IndexError.",
+     "reproduction": "rope = get_rope(16, 4096, True, None, torch.float32)  # inside set_current_vllm_config(VllmConfig())\n"
+                     "q = torch.randn(8, 16); pos = torch.arange(4092, 4100)\n"
+                     "print(rope.forward_cpu(pos, q.clone(), q.clone())[0][4:].abs().max())  # ~1e30, no error"},
+    {"implementation": "vllm", "title": "get_rope drops mrope_section for most rope types; the CPU op then corrupts "
+                                        "the heap",
+     "text": "Only the `default` and `yarn` branches of `get_rope` build `MRotaryEmbedding`; with `rope_type` linear, "
+             "dynamic, llama3, ... and an `mrope_section` it silently returns the 1-D module. Given `[3, tokens]` "
+             "positions, `forward_native` raises a shape error and `forward_cpu` reads them as `3 x tokens` "
+             "tokens and writes past `query`: the process aborts (`munmap_chunk(): invalid pointer`).",
+     "reproduction": "rope = get_rope(16, 4096, True, {'rope_type': 'linear', 'factor': 4.0, 'mrope_section': [2, 3, 3]}, "
+                     "torch.float32)\n"
+                     "print(type(rope).__name__)  # LinearScalingRotaryEmbedding\n"
+                     "q = torch.randn(8, 16)\n"
+                     "rope.forward_cpu(torch.randint(0, 40, (3, 8)), q, q.clone())  # heap corruption, abort"},
     {"implementation": "mlx-lm", "title": "longrope (SuScaledRoPE) ignores `traditional` and the short factors",
      "text": "`initialize_rope(..., traditional=True, scaling_config={'rope_type': 'longrope', ...})` builds "
              "`SuScaledRoPE`, which calls `mx.fast.rope(..., traditional=False)`: an interleaved model gets the half "
@@ -186,7 +204,7 @@ def _child(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 def _run_builtin(name: str, timeout: float) -> tuple[list[dict], list[dict], str | None]:
     """`(implementations, records, error)` of one built-in, each step in a child process."""
-    described = _child(["-m", __name__, "--describe", name], timeout)
+    described = _child(["-m", "posenc.impl.ecosystem", "--describe", name], timeout)
     if described.returncode != 0:
         return [], [], (described.stderr.strip().splitlines() or ["no output"])[-1]
     impls = json.loads(described.stdout.strip().splitlines()[-1])
@@ -245,7 +263,8 @@ def _host() -> dict:
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     except ImportError:
         device = "cpu"
-    return {"platform": platform.platform(), "python": platform.python_version(), "device": device}
+    return {"platform": platform.platform(), "python": platform.python_version(), "device": device,
+            "prefix": sys.prefix, "pythonpath": os.environ.get("PYTHONPATH", "")}
 
 
 def _now() -> str:
@@ -345,9 +364,12 @@ def render_markdown(report: dict) -> str:
             continue
         cells = " | ".join(_cell_text(e["cells"][c["key"]]) for c in cols)
         lines.append(f"| {e['name']} | {e['version']} | {e['angles']} | {cells} | {_worst_text(e['worst_angle'])} |")
-        if e.get("generated", report["generated"])[:10] != date or e.get("host", report["host"]) != report["host"]:
-            notes.append(f"- **{e['name']}** ran {e['generated']} on {e['host']['platform']} "
-                         f"(Python {e['host']['python']}, device: {e['host']['device']}).")
+        host = e.get("host", report["host"])
+        if e.get("generated", report["generated"])[:10] != date or host != report["host"]:
+            where = f"Python {host['python']} at {host.get('prefix', '?')}" + (
+                f", PYTHONPATH={host['pythonpath']}" if host.get("pythonpath") else "")
+            notes.append(f"- **{e['name']}** ran {e['generated']} on {host['platform']} ({where}, device: "
+                         f"{host['device']}).")
     if notes:
         lines += ["", "Rows run elsewhere (an environment of their own):", ""] + notes
     lines += ["", "Columns:", ""] + [f"- **{c['title']}**: {c['what']}." for c in cols]

