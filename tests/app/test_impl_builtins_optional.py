@@ -28,8 +28,8 @@ def test_flash_attn_tensor_offsets_past_the_table_are_unrotated():
         assert (record.status, record.diagnosis) == ("fail", "unrotated"), case
         # the int offset path asserts instead (a refusal passes) or cannot express per-row offsets
         assert records[("flash-attn-int-offset", "edge", case)].status in ("pass", "skip"), case
-    assert all(r.status == "pass" for (_, conv, _), r in records.items() if conv == "hf-llama"
-               and r.case not in ("per-row", "left-pad"))
+    hf_llama = [r.status for (_, conv, _), r in records.items() if conv == "hf-llama"]
+    assert set(hf_llama) == {"pass", "skip"} and hf_llama.count("pass") >= 6  # offsets run; per-token ids skip
 
 
 def test_vllm_native_passes_and_the_cpu_op_returns_garbage_past_the_table():
