@@ -18,6 +18,7 @@ has no conditional, the angles are always computed (the same accuracy).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import mlx.core as mx
@@ -162,6 +163,20 @@ def _rotate(x, cos, sin, rotary_dim, layout):
         return mx.concatenate([out, x[..., rotary_dim:]], axis=-1)
 
 
+@functools.lru_cache(maxsize=None)
+def _rotate_compiled(rotary_dim, layout):
+    """`_rotate` for one (rotary_dim, layout) under `mx.compile`: eager calls run it as one fused kernel
+    instead of one pass per operation (docs/performance.md); inside an outer mx.compile it is inlined."""
+    return mx.compile(lambda x, cos, sin: _rotate(x, cos, sin, rotary_dim, layout))
+
+
+def _apply(x, cos, sin, rotary_dim, layout):
+    """The rotation: compiled, except for float64 x (its operations run on the CPU stream, `F64`)."""
+    if x.dtype == mx.float64:
+        return _rotate(x, cos, sin, rotary_dim, layout)
+    return _rotate_compiled(rotary_dim, layout)(x, cos, sin)
+
+
 def _expand(half, layout):
     """`[..., r/2]` per-pair values to `[..., r]` channels of the layout."""
     return mx.concatenate([half, half], -1) if layout == "half" else mx.repeat(half, 2, -1)
@@ -220,7 +235,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
     table = _spec_table(rotary_dim, base, scaling) if kind == "static" and mrope is None else None
     cos, sin = _gather_or_compute(positions, table, kind, consts)
-    return _rotate(x, cos, sin, rotary_dim, layout)
+    return _apply(x, cos, sin, rotary_dim, layout)
 
 
 def rope_permutation(head_dim, *, source, target, rotary_dim=None):
@@ -288,7 +303,7 @@ class RotaryEmbedding(nn.Module):
         else:
             table = _spec_table(self.rotary_dim, self.base, self.scaling)
         cos, sin = _gather_or_compute(positions, table, kind, consts)
-        return _rotate(x, cos, sin, self.rotary_dim, self.layout)
+        return _apply(x, cos, sin, self.rotary_dim, self.layout)
 
     def _extra_repr(self):
         return self.config.repr_args()
