@@ -166,7 +166,7 @@ def quantization_error(name, array, kind, written=None):
                        rms_err / rms if rms else 0.0, step)
 
 
-def expected_logit_error(errors, *, logits_rms, samples, matmul_names=None):
+def expected_logit_error(errors, *, logits_rms, samples, matmul_names=None, extra=None):
     """The tolerance for llama.cpp's logits on a quantized file against its float port, and each tensor's share.
 
     First-order propagation of independent rounding errors: a matmul whose weight has relative RMS error
@@ -178,7 +178,8 @@ def expected_logit_error(errors, *, logits_rms, samples, matmul_names=None):
     more sigma is the margin: `tol = (sqrt(2 ln(2 samples)) + 1) * logits_rms * sqrt(sum rho^2)`.
 
     `errors`: TensorError per written tensor; `matmul_names`: the ones used as matmul weights (default:
-    every 2-D one but `token_embd.weight`, which llama.cpp reads by rows without rounding activations).
+    every 2-D one but `token_embd.weight`, which llama.cpp reads by rows without rounding activations);
+    `extra`: other named relative RMS perturbations of the same kind (a runtime's own roundings).
     Returns `(tol, shares)`: shares maps tensor name -> its fraction of sum rho^2, largest first.
     """
     contributions = {}
@@ -188,6 +189,8 @@ def expected_logit_error(errors, *, logits_rms, samples, matmul_names=None):
         is_matmul = e.name != "token_embd.weight" if matmul_names is None else e.name in matmul_names
         rho_a = _ACTIVATION_REL_RMS[ACTIVATION_TYPE[e.type]] if is_matmul else 0.0
         contributions[e.name] = e.rel_rms_err ** 2 + rho_a ** 2
+    for name, rho in (extra or {}).items():
+        contributions[name] = contributions.get(name, 0.0) + float(rho) ** 2
     total = sum(contributions.values())
     k = math.sqrt(2 * math.log(2 * max(int(samples), 1))) + 1
     tol = k * float(logits_rms) * math.sqrt(total)

@@ -19,6 +19,7 @@ carry most of that error and the fraction of positions whose next-token choice i
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -29,9 +30,14 @@ from ..checks import Check
 from ..mapping import build_plan
 
 __all__ = ["llamacpp_available", "llamacpp_logits", "hf_logits", "probe_tokens", "prompt_length", "Rounding",
-           "llamacpp_check", "float32_logit_tolerance"]
+           "llamacpp_check", "llamacpp_tolerance", "float32_logit_tolerance", "GELU_ARCHS", "GELU_F16_REL"]
 
 _GGML_TYPE_F32 = 0
+#: llama.cpp architectures whose feed-forward uses `LLM_FFN_GELU` (src/models/gemma*.cpp, gptneox.cpp): ggml's CPU
+#: GELU rounds its input to float16 and reads a float16 table (ggml-cpu/vec.h, `GGML_GELU_FP16`), a relative RMS
+#: perturbation of the activations of about 2^-11 / sqrt(3) for each of the two roundings
+GELU_ARCHS = ("gemma", "gemma2", "gemma3", "gptneox")
+GELU_F16_REL = math.sqrt(2) * 2.0 ** -11 / math.sqrt(3)
 
 
 def llamacpp_available() -> bool:
@@ -43,44 +49,107 @@ def llamacpp_available() -> bool:
     return True
 
 
+_LOG = []  # llama.cpp's log lines of the current load (its messages name why a file is refused)
+_LOG_CALLBACK = None
+
+
+def _quiet_llamacpp(llama_cpp):
+    """Route llama.cpp's log into `_LOG` (kept referenced: llama.cpp calls it from C)."""
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is None:
+        import ctypes
+
+        def keep(level, text, data):
+            _LOG.append(text.decode("utf-8", "replace") if text else "")
+            del _LOG[:-200]
+
+        _LOG_CALLBACK = llama_cpp.llama_log_callback(keep)
+        llama_cpp.llama_backend_init()
+        llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
 def llamacpp_logits(path, tokens, *, threads=None) -> np.ndarray:
-    """llama.cpp's logits `[len(tokens), n_vocab]` (float32) for `tokens` evaluated from position 0.
+    """llama.cpp's logits `[len(tokens), n_vocab]` (float32) for `tokens` evaluated from position 0 in one batch.
 
-    ValueError (llama-cpp-python's "Failed to load model from file") when llama.cpp refuses the file."""
-    import llama_cpp
+    llama-cpp-python's C API (`llama_model_load_from_file`, `llama_init_from_model`, `llama_decode`,
+    `llama_get_logits`). Weight repacking into the CPU backend's extra buffer types is off
+    (`use_extra_bufts = False`): with it, this build of llama.cpp 0.3.36 crashes (SIGSEGV in `llama_decode`)
+    on Q8_0/Q4_0 weights on this machine's AVX512/AMX CPU, also for files llama.cpp's own
+    `llama_model_quantize` writes; the plain CPU kernels compute the same model.
+    ValueError when llama.cpp refuses the file (its last log lines say why) or the file has no vocabulary."""
+    import llama_cpp as L
 
+    _quiet_llamacpp(L)
     tokens = [int(t) for t in tokens]
-    n = max(len(tokens), 8)
-    model = llama_cpp.Llama(model_path=str(path), n_ctx=n, n_batch=n, n_ubatch=n, logits_all=True,
-                            type_k=_GGML_TYPE_F32, type_v=_GGML_TYPE_F32, swa_full=True, flash_attn=False,
-                            n_threads=threads, n_threads_batch=threads, verbose=False)
+    n = max(len(tokens), 1)
+    del _LOG[:]
+    params = L.llama_model_default_params()
+    params.use_extra_bufts = False
+    model = L.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        said = " ".join(line.strip() for line in _LOG if "error" in line.lower() or "fail" in line.lower())
+        raise ValueError(f"llama.cpp refuses {path}: {said or 'llama_model_load_from_file failed'}")
+    ctx = batch = None
     try:
-        if model.n_vocab() == 0:
+        vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+        if vocab == 0:
             raise ValueError(f"{path}: the GGUF has no vocabulary (tokenizer.ggml.model = none); llama.cpp gives "
                              "no logits without one")
-        model.eval(tokens)
-        return np.array(model.scores[:len(tokens)], dtype=np.float32)
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = n, n, n
+        cp.type_k = cp.type_v = _GGML_TYPE_F32
+        cp.swa_full, cp.flash_attn_type = True, 0  # full-size sliding-window cache; flash attention off
+        if threads:
+            cp.n_threads = cp.n_threads_batch = int(threads)
+        ctx = L.llama_init_from_model(model, cp)
+        if not ctx:
+            raise ValueError(f"llama.cpp could not create a context for {path}")
+        batch = L.llama_batch_init(n, 0, 1)
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, i, 1, 1
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(tokens)
+        code = L.llama_decode(ctx, batch)
+        if code != 0:
+            raise ValueError(f"llama.cpp's llama_decode returned {code} for {path}")
+        logits = np.ctypeslib.as_array(L.llama_get_logits(ctx), shape=(len(tokens) * vocab,))
+        return logits.reshape(len(tokens), vocab).astype(np.float32)
     finally:
-        model.close()
+        if batch is not None:
+            L.llama_batch_free(batch)
+        if ctx:
+            L.llama_free(ctx)
+        L.llama_model_free(model)
 
 
-def hf_logits(config, reader, tokens, *, hf_class) -> np.ndarray:
-    """transformers' float32 logits `[len(tokens), vocab]` of `hf_class` built from `config` (a dict) with
-    the tensors of `reader` (every parameter required, except an output head tied to the embedding)."""
+def hf_logits(config, reader, tokens) -> np.ndarray:
+    """transformers' float32 logits `[len(tokens), vocab]` of the causal LM of `config` (a config.json dict) with
+    SOURCE's tensors: `from_pretrained` of SOURCE's directory when SOURCE is its standard checkpoint (so
+    transformers applies its own checkpoint renames, e.g. GPT-NeoX's `embed_out` -> `lm_head`), else the
+    tensors of `reader` loaded by name (every parameter required, except an output head tied to the embedding)."""
     import torch
     import transformers
 
-    fields = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version", "model_type")}
-    cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
-    model = getattr(transformers, hf_class)(cfg).float().eval()  # its rotary buffers come from the config
-    state = {name: torch.from_numpy(np.ascontiguousarray(np.asarray(reader.get(name), np.float32)))
-             for name in reader.names() if not name.endswith("rotary_emb.inv_freq")}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise ValueError(f"SOURCE does not fill {hf_class}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    directory = reader.path if os.path.isdir(reader.path) else os.path.dirname(os.path.abspath(reader.path))
+    standard = [os.path.join(directory, n) for n in ("model.safetensors", "model.safetensors.index.json")]
+    if os.path.isdir(reader.path) or os.path.abspath(reader.path) in standard:
+        transformers.utils.logging.disable_progress_bar()
+        model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    else:
+        fields = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version", "model_type")}
+        cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
+        # the causal-LM class of config.json's model_type (a Mistral config is a MistralForCausalLM, though
+        # llama.cpp's family is llama's); its rotary buffers come from the config
+        model = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+        state = {name: torch.from_numpy(np.array(reader.get(name), np.float32))
+                 for name in reader.names() if not name.endswith("rotary_emb.inv_freq")}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
+        if missing or unexpected:
+            raise ValueError(f"SOURCE does not fill {type(model).__name__}: missing {missing[:3]}, unexpected "
+                             f"{unexpected[:3]}")
     with torch.no_grad():
-        return model(torch.tensor([list(map(int, tokens))])).logits[0].numpy()
+        return model(torch.tensor([list(map(int, tokens))])).logits[0].float().numpy()
 
 
 def probe_tokens(vocab, count, *, seed=0):
@@ -106,7 +175,7 @@ def prompt_length(config):
     rounded up to 256, llama-context.cpp) exceeds the original context, transformers when the sequence does;
     both pick them for such a prompt (`llama_model::get_rope_factors`, src/llama-model.cpp)."""
     length = max(32, _window(config) + 16)
-    scaling = config.get("rope_scaling") or {}
+    scaling = config.get("rope_parameters") or config.get("rope_scaling") or {}
     if scaling.get("rope_type", scaling.get("type")) in ("longrope", "su"):
         original = scaling.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
         length = max(length, int(original) + 16)
@@ -149,6 +218,23 @@ class Rounding:
         return checks
 
 
+def llamacpp_tolerance(desired, *, layers, arch, errors=()):
+    """`(atol, shares, why)` for llama.cpp's logits against `desired` (a float model's logits): float32 rounding
+    (`float32_logit_tolerance`) plus the first-order expected effect (`gguf_quant.expected_logit_error`) of the
+    rounded tensors `errors` and, for `GELU_ARCHS`, of ggml's float16 GELU in every layer."""
+    atol = float32_logit_tolerance(desired, layers).atol
+    why = "float32, 64 ulps of the largest logit per layer"
+    errors = [e for e in errors if e.rel_rms_err > 0]
+    gelu = {f"blk.{i}.ffn (ggml's float16 GELU)": GELU_F16_REL for i in range(layers)} if arch in GELU_ARCHS else {}
+    if not (errors or gelu):
+        return atol, {}, why
+    rms = math.sqrt(float(np.mean(np.square(desired, dtype=np.float64))))
+    expected, shares = expected_logit_error(errors, logits_rms=rms, samples=np.size(desired), extra=gelu)
+    why += (f" + {expected:.3g} expected from {len(errors)} rounded tensors" + (" and ggml's float16 GELU" if gelu
+                                                                               else "") + " (first order, docs/port.md)")
+    return atol + expected, shares, why
+
+
 def llamacpp_check(family, config, rounding=None):
     """The check a GGUF preset adds: `(source, target) -> [Check]`, llama.cpp on the written file against
     transformers on SOURCE, within float32 rounding plus the rounded tensors' expected effect (`rounding`:
@@ -157,21 +243,17 @@ def llamacpp_check(family, config, rounding=None):
     def llamacpp_logits_check(source, target):
         n_vocab = target.shape("token_embd.weight")[0]
         tokens = probe_tokens(n_vocab, prompt_length(config))
-        desired = hf_logits(config, source, tokens, hf_class=family.hf_class).astype(np.float64)
+        desired = hf_logits(config, source, tokens).astype(np.float64)
         actual = llamacpp_logits(target.path, tokens).astype(np.float64)
         if actual.shape != desired.shape:
             return [Check("llamacpp-logits", "llama.cpp (GGUF) vs transformers (SOURCE)", float("inf"), 0.0, "",
                           False, f"llama.cpp gave logits {actual.shape}, transformers {desired.shape}")]
-        tol = float32_logit_tolerance(desired, config["num_hidden_layers"])
-        atol, why, extra = tol.atol, "float32, 64 ulps of the largest logit per layer", ""
-        errors = [e for e in (rounding.errors if rounding else []) if e.rel_rms_err > 0]
-        if errors:
-            rms = math.sqrt(float(np.mean(desired * desired)))
-            expected, shares = expected_logit_error(errors, logits_rms=rms, samples=desired.size)
-            atol += expected
-            why += f" + {expected:.3g} expected from {len(errors)} rounded tensors (first order, docs/port.md)"
-            extra = "; most of the expected error: " + ", ".join(
-                f"{name} {share:.0%}" for name, share in list(shares.items())[:3])
+        errors = rounding.errors if rounding else []
+        atol, shares, why = llamacpp_tolerance(desired, layers=int(config["num_hidden_layers"]), arch=family.arch,
+                                               errors=errors)
+        extra = ("; most of the expected error: " + ", ".join(f"{name} {share:.0%}"
+                                                              for name, share in list(shares.items())[:3])
+                 if shares else "")
         err = float(np.abs(actual - desired).max())
         same = float(np.mean(actual.argmax(-1) == desired.argmax(-1)))
         note = f"{len(tokens)} tokens; same next token at {same:.0%} of positions" + extra
