@@ -70,7 +70,6 @@ def _edge_case(case_set, layout):
                   description=f"{layout}: {words}"))
 
 
-for _set in EDGE_SETS:
-    _edge_case(_set, "half")
-for _set in ("offset-past-table", "non-contiguous"):
-    _edge_case(_set, "interleaved")
+for _layout in ("half", "interleaved"):
+    for _set in EDGE_SETS:
+        _edge_case(_set, _layout)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
 import zlib
@@ -353,7 +352,7 @@ def _impl_skip_reason(impl, case, args, kwargs, dtype, *, edge) -> str | None:
     if case.case_set == "grad":
         return "gradient cases differentiate through posenc's own adapters (vjp), not an implementation"
     if case.fn is None:
-        reason = impl.why_not(case.encoding, _passed_kwargs(case.encoding, kwargs), dtype)
+        reason = impl.why_not(case.encoding, kwargs, dtype)
     elif impl.dtypes is not None and dtype not in impl.dtypes:
         reason = f"{impl.name} declares dtypes {', '.join(impl.dtypes)}, not {dtype}"
     else:
@@ -366,32 +365,6 @@ def _impl_skip_reason(impl, case, args, kwargs, dtype, *, edge) -> str | None:
                 return (f"positions {int(a.min())}..{int(a.max())} are outside {impl.name}'s declared table of "
                         f"{impl.max_positions} rows (the edge set checks what it does there)")
     return None
-
-
-def _contract_default(function, key):
-    import posenc_np
-
-    try:
-        param = inspect.signature(getattr(posenc_np, function)).parameters.get(key)
-    except (AttributeError, TypeError, ValueError):
-        return inspect.Parameter.empty
-    return inspect.Parameter.empty if param is None else param.default
-
-
-def _is_default(function, key, value) -> bool:
-    default = _contract_default(function, key)
-    if default is inspect.Parameter.empty or isinstance(value, np.ndarray):
-        return False
-    try:
-        return value is default or (type(value) is type(default) and bool(value == default))
-    except Exception:  # noqa: BLE001 - an odd value is simply passed on
-        return False
-
-
-def _passed_kwargs(function, kwargs) -> dict:
-    """The keywords a case passes, without those equal to the contract function's default (and `dtype`:
-    the inputs carry it)."""
-    return {k: v for k, v in kwargs.items() if not _is_default(function, k, v)}
 
 
 #: Contract functions a case may use around the one it checks (an attention over a bias); an implementation
@@ -420,10 +393,10 @@ class _Namespace:
 
 
 def _guarded(impl, name, fn):
-    from ..impl import accepts_keyword
+    from ..impl.implementation import accepts_keyword, passed_keywords
 
     def call(*args, **kwargs):
-        kwargs = _passed_kwargs(name, kwargs)
+        kwargs = passed_keywords(name, kwargs)
         refused = [k for k in kwargs if not accepts_keyword(fn, k)]
         if refused:
             raise NotSupported(f"{name} of {impl.name} does not accept keyword {', '.join(map(repr, refused))}")
@@ -493,18 +466,19 @@ def _judge(base, impl, case, args, kwargs, dtype, desired, case_tol, out, *, sec
                           worst_angle_index=list(worst.index))
     status = "pass" if all(r.passed for r in results) else "fail"
     if status == "fail":
-        fields.update(_diagnosis(case, args, kwargs, dtype, outputs, desired64, tol))
+        fields.update(_diagnosis(case, args, kwargs, dtype, outputs, desired64, tol, impl.max_positions))
     return Record(**base, status=status, **fields)
 
 
-def _diagnosis(case, args, kwargs, dtype, outputs, desired64, tol) -> dict:
+def _diagnosis(case, args, kwargs, dtype, outputs, desired64, tol, table_rows=None) -> dict:
     """`diagnosis` and `diagnosis_detail` of a failing record (`posenc.impl.diagnosis.diagnose`)."""
     import posenc_np
 
     from ..impl.diagnosis import diagnose
 
     if _is_rope(case):
-        found = diagnose(outputs, desired64, tol, encoding="apply_rope", args=args, kwargs=kwargs, dtype=dtype)
+        found = diagnose(outputs, desired64, tol, encoding="apply_rope", args=args, kwargs=kwargs, dtype=dtype,
+                         table_rows=table_rows)
     else:
         spec = getattr(posenc_np, case.encoding, None) if case.fn is None else None
         args64, kwargs64 = _spec_args(args, kwargs)

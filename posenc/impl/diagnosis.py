@@ -19,10 +19,11 @@ from .precision import class_tolerance, rope_kwargs, spec_rotation
 
 __all__ = ["Diagnosis", "diagnose", "DIAGNOSES"]
 
-#: Every diagnosis a record can carry (the contract's list).
+#: Every diagnosis a record can carry: the contract's list, and `wrapped` (positions outside a declared
+#: table read rows modulo its length, as Python / torch indexing does for negative indices).
 DIAGNOSES = ("layout", "offset", "base", "scaling-ignored", "attention-factor", "angle-precision",
              "partial-vs-proportional", "mrope-axes", "mrope-layout", "unrotated", "direction", "non-finite",
-             "unknown")
+             "wrapped", "unknown")
 #: Bases tried for `base` besides the case's own: the common defaults.
 OTHER_BASES = (10000.0, 500000.0, 1000000.0, 100000.0)
 #: The float32 angle bound times this still counts as `angle-precision` (an iterative or exp/log angle
@@ -82,9 +83,14 @@ def _apply(x, positions, kwargs):
     return posenc_np.apply_rope(np.asarray(x, np.float64), positions, **rope_kwargs(kwargs))
 
 
-def _rope_variants(x, positions, kwargs):
+def _rope_variants(x, positions, kwargs, table_rows=None):
     """`(name, sentence, spec output)` for every applicable RoPE variant, in diagnosis order."""
     kw = rope_kwargs(kwargs)
+    p = np.asarray(positions)
+    if table_rows is not None and p.size and (p.min() < 0 or p.max() >= table_rows):
+        yield ("wrapped", f"your outputs equal the spec at positions modulo your {table_rows}-row table "
+                          "(a negative or too large index read another row)",
+               lambda: _apply(x, np.mod(p, table_rows), kw))
     layout = kw.get("layout", "half")
     other = "interleaved" if layout == "half" else "half"
     yield "layout", f"your outputs equal the spec with layout={other!r}", lambda: _apply(x, positions,
@@ -157,7 +163,17 @@ def _generic_variants(fn, args, kwargs):
                        lambda b=other_base: fn(*args, **{**kwargs, "base": b}))
 
 
-def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, spec_fn=None) -> Diagnosis:
+def _variant_tolerance(name, tol: Tolerance, desired, table_rows) -> Tolerance:
+    """`tol`, and for `wrapped` also the float32 angle term of the table's last row (the rows read are
+    there, not at the case's positions)."""
+    if name != "wrapped" or not table_rows:
+        return tol
+    scale = float(np.abs(desired).max()) if np.size(desired) else 1.0
+    return Tolerance(tol.atol + 2 * 2.0**-23 * table_rows * scale * np.sqrt(2), tol.why + " + float32 angles at the table's end")
+
+
+def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, spec_fn=None,
+             table_rows: int | None = None) -> Diagnosis:
     """The known mismatch a failing output matches (see the module docstring), or `unknown`.
 
     Args:
@@ -165,6 +181,7 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         desired: the spec's float64 output; `tol` the record's tolerance.
         encoding: the case's contract function; `args`, `kwargs` its inputs (float inputs in `dtype`).
         spec_fn: `(*args, **kwargs) -> array`, the spec function, for the non-RoPE variants.
+        table_rows: the implementation's declared table length (`max_positions`), for `wrapped`.
     """
     desired = np.asarray(desired, np.float64)
     text = _nonfinite(actual, desired)
@@ -176,7 +193,7 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         text = _unrotated_rows(actual, desired, x, tol, spec_rotation(np.shape(x), positions, kwargs))
         if text:
             return Diagnosis("unrotated", text)
-        variants = _rope_variants(x, positions, kwargs)
+        variants = _rope_variants(x, positions, kwargs, table_rows)
     elif spec_fn is not None:
         variants = _generic_variants(spec_fn, args, {k: v for k, v in kwargs.items() if k != "dtype"})
     else:
@@ -186,7 +203,8 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
             variant = np.asarray(build(), np.float64)
         except (ValueError, TypeError):  # the variant is not a valid case (e.g. a negative position)
             continue
-        if variant.shape == desired.shape and _equals(actual, variant, tol):
+        if variant.shape == desired.shape and _equals(actual, variant, _variant_tolerance(name, tol, desired,
+                                                                                        table_rows)):
             return Diagnosis(name, sentence)
     if rope:
         loose = class_tolerance("float32", desired, dtype, args[0], args[1], kwargs,

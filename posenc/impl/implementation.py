@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 from ..adapters import NotSupported
 
 __all__ = ["Implementation", "ImplementationUnavailable", "ANGLE_CLASSES", "ROPE_LAYOUTS", "NotSupported",
-           "accepts_keyword"]
+           "accepts_keyword", "contract_default", "passed_keywords"]
 
 #: The precision classes of RoPE angles (docs/tolerances.md, "Other implementations"):
 #: "float64" posenc's own goal (1e-6 rad at any position), "float32" angles formed as a float32 product
@@ -123,19 +123,20 @@ class Implementation:
     def why_not(self, function: str, kwargs: Mapping, dtype: str) -> str | None:
         """The reason this implementation cannot run `function(**kwargs)` in `dtype`, None when it can.
 
-        The reasons, in order: the function is absent, the dtype or the RoPE layout is outside the
-        declared ones, the callable does not accept a keyword.
+        The reasons, in order: the function is absent, the dtype or the RoPE layout (the contract's
+        default when `kwargs` has none) is outside the declared ones, the callable does not accept a
+        keyword that `passed_keywords` keeps.
         """
         fn = self.functions.get(function)
         if fn is None:
             return f"{self.name} provides no {function}"
         if self.dtypes is not None and dtype not in self.dtypes:
             return f"{self.name} declares dtypes {', '.join(self.dtypes)}, not {dtype}"
-        layout = kwargs.get("layout")
-        if (self.layouts is not None and function in _ROPE_FUNCTIONS and layout is not None
+        layout = kwargs.get("layout", contract_default(function, "layout"))
+        if (self.layouts is not None and function in _ROPE_FUNCTIONS and isinstance(layout, str)
                 and layout not in self.layouts):
             return f"{self.name} declares layouts {', '.join(self.layouts)}, not {layout}"
-        refused = [k for k in kwargs if not accepts_keyword(fn, k)]
+        refused = [k for k in passed_keywords(function, kwargs) if not accepts_keyword(fn, k)]
         if refused:
             return f"{function} of {self.name} does not accept keyword {', '.join(map(repr, refused))}"
         return None
@@ -184,6 +185,34 @@ class Implementation:
 
 #: Contract functions whose `layout` keyword is a RoPE layout (the declared `layouts` apply to them).
 _ROPE_FUNCTIONS = frozenset({"apply_rope", "rope_cos_sin", "apply_mla_rope", "rerotate", "apply_xpos", "RotaryEmbedding"})
+
+
+def contract_default(function: str, keyword: str):
+    """The default of `keyword` in the contract function `posenc_np.<function>` (`inspect.Parameter.empty`
+    when it has none or is not a function)."""
+    import posenc_np
+
+    try:
+        param = inspect.signature(getattr(posenc_np, function)).parameters.get(keyword)
+    except (AttributeError, TypeError, ValueError):
+        return inspect.Parameter.empty
+    return inspect.Parameter.empty if param is None else param.default
+
+
+def _is_default(function, keyword, value) -> bool:
+    default = contract_default(function, keyword)
+    if default is inspect.Parameter.empty or hasattr(value, "shape"):
+        return False
+    try:
+        return value is default or (type(value) is type(default) and bool(value == default))
+    except Exception:  # noqa: BLE001 - an odd value is simply passed on
+        return False
+
+
+def passed_keywords(function: str, kwargs: Mapping) -> dict:
+    """The keywords a case passes to an implementation: those not equal to the contract function's default
+    (a kernel without a `scaling` keyword still runs the unscaled cases)."""
+    return {k: v for k, v in kwargs.items() if not _is_default(function, k, v)}
 
 
 def accepts_keyword(fn: Callable, keyword: str) -> bool:

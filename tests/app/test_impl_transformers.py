@@ -1,6 +1,8 @@
 """`posenc check --impl transformers` runs to a verdict (transformers installed): its rotary classes with
-`apply_rotary_pos_emb` (llama half, cohere interleaved, qwen2-vl / qwen3-vl M-RoPE), BLOOM's ALiBi and T5's
-buckets and bias, each compared with the float64 spec under the "float32" precision class."""
+`apply_rotary_pos_emb` (llama half, gpt-neox partial, cohere interleaved, qwen2-vl / qwen3-vl M-RoPE), BLOOM's
+ALiBi and T5's buckets and bias, and GPT-J's table-gathered rotary, each compared with the float64 spec under
+the "float32" precision class. Found and asserted: GPT-J's `embed_positions[position_ids]` takes negative
+positions from the end of its table (diagnosis `wrapped`)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,15 @@ from posenc.impl.builtin import load_builtin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def records():
-    [impl] = load_builtin("transformers")
-    return run_implementations(all_cases(), [impl], dtypes=["float32", "bfloat16", "float16"])
+def all_records():
+    impls = load_builtin("transformers")
+    assert [i.name for i in impls] == ["transformers", "transformers-gptj"]
+    return run_implementations(all_cases(), impls, dtypes=["float32", "bfloat16", "float16"])
+
+
+@pytest.fixture(scope="module")
+def records(all_records):
+    return [r for r in all_records if r.backend == "transformers"]
 
 
 def test_transformers_runs_to_a_verdict(records):
@@ -31,11 +39,20 @@ def test_transformers_runs_to_a_verdict(records):
     assert failed == []  # transformers 5.24 agrees with the spec on everything it expresses
 
 
+def test_gptj_wraps_negative_positions(all_records):
+    gptj = [r for r in all_records if r.backend == "transformers-gptj"]
+    assert sum(r.status == "pass" for r in gptj) >= 30
+    failed = {(r.case, r.diagnosis) for r in gptj if r.status in ("fail", "error")}
+    assert failed == {("negative-positions-interleaved", "wrapped")}
+    refused = [r for r in gptj if r.case == "past-table-interleaved"]
+    assert refused and all(r.status == "pass" and "IndexError" in r.message for r in refused)
+
+
 @pytest.mark.parametrize("convention", ["hf-llama", "gptj", "gpt-neox", "half-yarn", "interleaved-dynamic",
                                         "half-longrope", "qwen2-vl", "qwen3-vl", "mrope-interleaved-yarn",
                                         "bloom-alibi", "t5", "t5-decoder"])
-def test_each_mapped_path_ran(records, convention):
-    ran = [r for r in records if r.convention == convention and r.status == "pass"]
+def test_each_mapped_path_ran(all_records, convention):
+    ran = [r for r in all_records if r.convention == convention and r.status == "pass"]
     assert ran, convention
 
 

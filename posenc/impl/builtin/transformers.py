@@ -2,15 +2,19 @@
 
 * `apply_rope`: a rotary class built from a config whose `rope_parameters` carry the case's base and
   scaling (`ROPE_INIT_FUNCTIONS`: linear, dynamic, yarn, llama3, longrope, with their dynamic updates)
-  and `head_dim = rotary_dim` (transformers' `partial_rotary_factor` gives the same width and
-  frequencies; models slice q/k to it and concatenate the rest back, as done here), then the modeling
-  file's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)`:
-  layout "half" -> `LlamaRotaryEmbedding` + models/llama `apply_rotary_pos_emb` (`rotate_half`);
+  and partial rotary as `partial_rotary_factor` (models slice q/k to the tables' width and concatenate
+  the rest back, as done here), then the modeling file's `apply_rotary_pos_emb(q, k, cos, sin,
+  unsqueeze_dim)`: layout "half" -> `LlamaRotaryEmbedding` (partial: `GPTNeoXRotaryEmbedding`, whose
+  default type reads the factor) + models/llama `apply_rotary_pos_emb` (`rotate_half`);
   "interleaved" -> `CohereRotaryEmbedding` (`repeat_interleave`) + models/cohere `apply_rotary_pos_emb`
   (pairs (2j, 2j+1), computed in float32); multi-axis with shared frequencies and three axes ->
   `Qwen2VLRotaryEmbedding` (contiguous sections) or `Qwen3VLTextRotaryEmbedding` (interleaved), half
   layout. `q = x`, `k = x` with its heads reversed: both outputs are checked. Positions come as
   `position_ids [batch, seq]` (`[3, batch, seq]`); 4-D x only.
+* "transformers-gptj": `apply_rope` as GPT-J's attention runs it, a float32 sin/cos table of `n_positions`
+  = 4096 rows gathered with `position_ids` (base 10000, no scaling) and models/gptj `apply_rotary_pos_emb`
+  (`rotate_every_two`, interleaved pairs); declared `max_positions=4096`, so the edge set sees what the
+  gather does past the table and for negative positions.
 * `alibi_bias` (form "bloom"): models/bloom `build_alibi_tensor(attention_mask, num_heads, dtype)`, the
   mask recovered from the key positions `(cumsum(mask) - 1) * mask` (key positions 0..k-1, left padding).
 * `t5_bucket`: models/t5 `T5Attention._relative_position_bucket`; `t5_bias`: `T5Attention.compute_bias`
@@ -34,6 +38,8 @@ DISTRIBUTION = "transformers"
 HF_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
 #: max_position_embeddings when the scaling does not fix it: larger than every case's position
 _LONG = 2**21
+#: rows of GPT-J's position table (`n_positions`): the edge set's table length (posenc.check.cases_edge)
+GPTJ_TABLE_ROWS = 4096
 
 
 def _torch():
@@ -45,8 +51,9 @@ def _torch():
     return torch, transformers
 
 
-def rope_config(rotary_dim, base, scaling, *, mrope_section=None):
-    """A `LlamaConfig` whose rotary classes compute the contract's `(rotary_dim, base, scaling)`."""
+def rope_config(head_dim, rotary_dim, base, scaling, *, mrope_section=None):
+    """A `LlamaConfig` whose rotary classes compute the contract's `(rotary_dim, base, scaling)` for heads of
+    `head_dim` (partial rotary as `partial_rotary_factor = rotary_dim / head_dim`, the models' key)."""
     from transformers import LlamaConfig
 
     params = {"rope_type": "default"} if scaling is None else dict(scaling)
@@ -64,13 +71,19 @@ def rope_config(rotary_dim, base, scaling, *, mrope_section=None):
     if mrope_section is not None:
         params["mrope_section"] = list(mrope_section)
     params["rope_theta"] = float(base)
-    return LlamaConfig(hidden_size=rotary_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=rotary_dim,
+    if rotary_dim != head_dim:
+        params["partial_rotary_factor"] = rotary_dim / head_dim
+    return LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
                        max_position_embeddings=max_positions, rope_parameters=params)
 
 
-def _rotary(layout, axes, interleaved_sections):
+def _rotary(layout, axes, interleaved_sections, partial):
     """`(rotary class, apply_rotary_pos_emb)` of the modeling file for a layout / multi-axis form."""
     if axes is None:
+        if layout == "half" and partial:  # GPT-NeoX's class reads partial_rotary_factor for the default type too
+            from transformers.models.gpt_neox import modeling_gpt_neox as m
+
+            return m.GPTNeoXRotaryEmbedding, m.apply_rotary_pos_emb
         if layout == "half":
             from transformers.models.llama import modeling_llama as m
 
@@ -106,12 +119,38 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
                                f"mrope_frequencies={mrope_frequencies!r}")
         axes = 3
     ids, unsqueeze_dim = hf_position_ids(np.asarray(ad.to_numpy(positions)), x_np.shape, axes=axes)
-    rotary_class, apply = _rotary(layout, axes, bool(mrope_interleaved))
-    rotary = rotary_class(rope_config(r, base, scaling, mrope_section=mrope_section))
+    rotary_class, apply = _rotary(layout, axes, bool(mrope_interleaved), r != x_np.shape[-1])
+    rotary = rotary_class(rope_config(x_np.shape[-1], r, base, scaling, mrope_section=mrope_section))
     cos, sin = rotary(x[..., :r], torch.from_numpy(ids))
     if cos.shape[-1] != r:
         raise NotSupported(f"{rotary_class.__name__} built tables of width {cos.shape[-1]}, not rotary_dim={r}")
     return rotated_pair(ad, x, x_np, r, unsqueeze_dim, lambda q, k: apply(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim))
+
+
+def gptj_apply_rope(x, positions, *, layout="interleaved", rotary_dim=None, rotary_pct=None):
+    """The contract's `apply_rope` as GPT-J's attention computes it: `GPTJRotaryEmbedding` (a float32
+    `[max_position_embeddings, rotary_dim]` sin/cos table gathered with `position_ids`, base 10000) and
+    models/gptj `apply_rotary_pos_emb(tensor [b, s, h, d], sin, cos)` (`rotate_every_two`)."""
+    from posenc_np.rope import resolve_rotary_dim
+
+    torch, transformers = _torch()
+    from transformers.models.gptj import modeling_gptj as m
+
+    if layout != "interleaved":
+        raise NotSupported("GPT-J rotates interleaved pairs (rotate_every_two) only")
+    ad = adapter("torch")
+    x_np = np.asarray(ad.to_numpy(x))
+    r = resolve_rotary_dim(x_np.shape[-1], rotary_dim, rotary_pct)
+    ids, heads_axis = hf_position_ids(np.asarray(ad.to_numpy(positions)), x_np.shape)
+    config = transformers.GPTJConfig(n_embd=x_np.shape[-1], n_head=1, rotary_dim=r,
+                                     n_positions=GPTJ_TABLE_ROWS)
+    sin, cos = m.GPTJRotaryEmbedding(config)(x, torch.from_numpy(ids))
+    bshd = (lambda t: t.transpose(1, 2)) if heads_axis == 1 else (lambda t: t)  # GPT-J's [b, s, h, d]
+
+    def rotate(q, k):
+        return (bshd(m.apply_rotary_pos_emb(bshd(q), sin, cos)), bshd(m.apply_rotary_pos_emb(bshd(k), sin, cos)))
+
+    return rotated_pair(ad, x, x_np, r, heads_axis, rotate)
 
 
 def _bloom_mask(k_positions: np.ndarray) -> np.ndarray:
@@ -175,11 +214,15 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional=True, num_buckets=
         return attention.compute_bias(q.size, k.size, past_seen_tokens=int(q[0]))[0]
 
 
-def load() -> Implementation:
+def load() -> tuple[Implementation, Implementation]:
     torch, transformers = _torch()
-    return Implementation("transformers", "torch",
-                          {"apply_rope": apply_rope, "alibi_bias": alibi_bias, "t5_bucket": t5_bucket,
-                           "t5_bias": t5_bias},
-                          version=transformers.__version__, angles="float32",
-                          description="rotary classes + apply_rotary_pos_emb (llama, cohere, qwen2-vl, qwen3-vl), "
-                                      "BLOOM build_alibi_tensor, T5 buckets and compute_bias")
+    return (Implementation("transformers", "torch",
+                           {"apply_rope": apply_rope, "alibi_bias": alibi_bias, "t5_bucket": t5_bucket,
+                            "t5_bias": t5_bias},
+                           version=transformers.__version__, angles="float32",
+                           description="rotary classes + apply_rotary_pos_emb (llama, gpt-neox, cohere, qwen2-vl, "
+                                       "qwen3-vl), BLOOM build_alibi_tensor, T5 buckets and compute_bias"),
+            Implementation("transformers-gptj", "torch", {"apply_rope": gptj_apply_rope},
+                           version=transformers.__version__, layouts=("interleaved",), angles="float32",
+                           max_positions=GPTJ_TABLE_ROWS,
+                           description="GPT-J's sin/cos table (n_positions rows) + rotate_every_two"))
