@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ..io import write_atomic
 
-__all__ = ["COLUMNS", "INSTALL", "FINDINGS", "column_of", "collect", "render_markdown", "main"]
+__all__ = ["COLUMNS", "INSTALL", "FINDINGS", "column_of", "collect", "merge", "render_markdown", "main"]
 
 SCHEMA = "posenc-ecosystem/1"
 
@@ -148,6 +148,13 @@ FINDINGS = (
                      "print(type(rope).__name__)  # LinearScalingRotaryEmbedding\n"
                      "q = torch.randn(8, 16)\n"
                      "rope.forward_cpu(torch.randint(0, 40, (3, 8)), q, q.clone())  # heap corruption, abort"},
+    {"implementation": "torchtune", "title": "negative positions read the rope cache from its end",
+     "text": "`RotaryPositionalEmbeddings.forward(x, input_pos=...)` gathers `self.cache[input_pos]`: a negative id "
+             "is a Python index from the end, so position -1 is rotated as position `max_seq_len - 1`, with no "
+             "error (positions at or past `max_seq_len` raise IndexError).",
+     "reproduction": "rope = RotaryPositionalEmbeddings(16, max_seq_len=64)\n"
+                     "x = torch.randn(1, 1, 1, 16)\n"
+                     "assert torch.equal(rope(x, input_pos=torch.tensor([[-1]])), rope(x, input_pos=torch.tensor([[63]])))"},
     {"implementation": "mlx-lm", "title": "longrope (SuScaledRoPE) ignores `traditional` and the short factors",
      "text": "`initialize_rope(..., traditional=True, scaling_config={'rope_type': 'longrope', ...})` builds "
              "`SuScaledRoPE`, which calls `mx.fast.rope(..., traditional=False)`: an interleaved model gets the half "

@@ -72,10 +72,13 @@ def test_gemma_passes_as_float32():
     assert 1e-3 < worst_angle(records) < 0.1
 
 
-def test_torchtune_passes_as_float32():
+def test_torchtune_passes_as_float32_except_negative_positions():
     records = run_builtin("torchtune", dtypes=("float32", "bfloat16"))
     counts, failing = verdicts(records)
-    assert failing == {} and counts["error"] == 0 and counts["pass"] >= 30, counts
+    assert counts["error"] == 0 and counts["pass"] >= 30, counts
+    # cache[input_pos] with a negative id reads the cache from its end (torch indexing), silently
+    assert failing == {("torchtune", "edge", "negative-positions-interleaved", d): "wrapped"
+                       for d in ("float32", "bfloat16")}
     assert {r.case for r in records if r.status == "pass" and r.convention == "interleaved-llama3"} == {"long"}
 
 

@@ -102,3 +102,27 @@ def frequencies(rotary_dim: int, *, base, scaling, positions) -> tuple[np.ndarra
 def angle_table(rows: int, inv_freq: np.ndarray) -> np.ndarray:
     """float64 `[rows, r/2]` angles `p * inv_j` for positions `0 .. rows - 1`."""
     return np.arange(rows, dtype=np.float64)[:, None] * np.asarray(inv_freq, dtype=np.float64)[None, :]
+
+
+def package_dir(package: str, *, missing: str):
+    """The directory of installed top-level `package`, found without importing it (an `__init__` that needs
+    a CUDA extension or a heavy dependency is never run); ImplementationUnavailable(`missing`) if absent."""
+    import importlib.util
+    from pathlib import Path
+
+    from ..implementation import ImplementationUnavailable
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImplementationUnavailable(missing)
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def load_file(path, name: str):
+    """Execute the Python file `path` as a module called `name` (not entered in `sys.modules`)."""
+    import importlib.util
+
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module

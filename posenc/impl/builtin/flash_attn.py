@@ -22,15 +22,13 @@ Without a GPU the kernel runs in Triton's interpreter: float32 and float16 only.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import angle_table, frequencies, offset_rows, rotary_width
+from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, package_dir, rotary_width
 from ._triton import INTERPRETER_DTYPES, triton_mode
 
 DISTRIBUTION = "flash-attn"
@@ -38,12 +36,9 @@ DISTRIBUTION = "flash-attn"
 _MODULE = None
 
 
-def _package_dir() -> Path:
-    spec = importlib.util.find_spec("flash_attn")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImplementationUnavailable("--impl flash-attn: flash_attn is not installed "
-                                        "(scripts/install_flash_attn_cpu.sh installs its Python files)")
-    return Path(list(spec.submodule_search_locations)[0])
+def _package_dir():
+    return package_dir("flash_attn", missing="--impl flash-attn: flash_attn is not installed "
+                                             "(scripts/install_flash_attn_cpu.sh installs its Python files)")
 
 
 def rotary_module():
@@ -52,10 +47,8 @@ def rotary_module():
     if _MODULE is None:
         mode = triton_mode()  # before the kernel's module is executed: triton.jit reads TRITON_INTERPRET
         path = _package_dir() / "ops" / "triton" / "rotary.py"
-        module_spec = importlib.util.spec_from_file_location("_posenc_flash_attn_triton_rotary", path)
-        module = importlib.util.module_from_spec(module_spec)
         try:
-            module_spec.loader.exec_module(module)
+            module = load_file(path, "_posenc_flash_attn_triton_rotary")
         except ImportError as error:
             raise ImplementationUnavailable(f"--impl flash-attn: {path} does not import ({error}); it needs "
                                             f"triton (pip install triton)") from error

@@ -17,14 +17,11 @@ float32; the products promote bfloat16 inputs to float32 and the output is cast 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from ...adapters import NotSupported
-from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import rotary_width, token_positions
+from ..implementation import Implementation
+from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
 
 DISTRIBUTION = "gemma"
 
@@ -35,14 +32,8 @@ def positional_embeddings():
     """gemma's `gm/math/_positional_embeddings.py`, loaded by path (cached)."""
     global _MODULE
     if _MODULE is None:
-        spec = importlib.util.find_spec("gemma")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImplementationUnavailable("--impl gemma: gemma is not installed (pip install gemma)")
-        path = Path(list(spec.submodule_search_locations)[0]) / "gm" / "math" / "_positional_embeddings.py"
-        module_spec = importlib.util.spec_from_file_location("_posenc_gemma_positional_embeddings", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        _MODULE = module
+        path = package_dir("gemma", missing="--impl gemma: gemma is not installed (pip install --no-deps gemma)")
+        _MODULE = load_file(path / "gm" / "math" / "_positional_embeddings.py", "_posenc_gemma_positional_embeddings")
     return _MODULE
 
 

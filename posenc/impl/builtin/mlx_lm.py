@@ -21,14 +21,11 @@ Precision class "float32" (every module calls `mx.fast.rope`).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import rotary_width, token_positions
+from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
 from .mlx import _DTYPES, call_with_offsets
 
 DISTRIBUTION = "mlx-lm"
@@ -44,14 +41,10 @@ def rope_utils():
     """mlx-lm's `models/rope_utils.py`, loaded by path (cached)."""
     global _MODULE
     if _MODULE is None:
-        spec = importlib.util.find_spec("mlx_lm")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImplementationUnavailable("--impl mlx-lm: mlx_lm is not installed (pip install mlx-lm)")
-        path = Path(list(spec.submodule_search_locations)[0]) / "models" / "rope_utils.py"
-        module_spec = importlib.util.spec_from_file_location("_posenc_mlx_lm_rope_utils", path)
-        module = importlib.util.module_from_spec(module_spec)
+        path = package_dir("mlx_lm", missing="--impl mlx-lm: mlx_lm is not installed (pip install mlx-lm)") / \
+            "models" / "rope_utils.py"
         try:
-            module_spec.loader.exec_module(module)
+            module = load_file(path, "_posenc_mlx_lm_rope_utils")
         except ImportError as error:
             raise ImplementationUnavailable(f"--impl mlx-lm: {path} does not import ({error}); on Linux "
                                             f"install mlx[cpu] beside mlx-lm") from error

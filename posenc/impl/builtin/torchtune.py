@@ -19,14 +19,11 @@ for the products and the output cast back to its dtype.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from ...adapters import NotSupported
-from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import rotary_width, token_positions
+from ..implementation import Implementation
+from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
 
 DISTRIBUTION = "torchtune"
 #: rows of the rope cache the modules are built with: covers the suite's longest positions (2**20 - 1)
@@ -41,15 +38,9 @@ _BUILT: dict = {}  # the last module built: the cache costs ~0.1 s per 2**20 row
 def module_class(name: str):
     """torchtune's rotary class `name`, from its module file loaded by path (cached)."""
     if name not in _MODULES:
-        spec = importlib.util.find_spec("torchtune")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImplementationUnavailable("--impl torchtune: torchtune is not installed "
-                                            "(pip install --no-deps torchtune)")
-        path = Path(list(spec.submodule_search_locations)[0]).joinpath(*_FILES[name])
-        module_spec = importlib.util.spec_from_file_location(f"_posenc_torchtune_{path.stem}", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        _MODULES[name] = getattr(module, name)
+        path = package_dir("torchtune", missing="--impl torchtune: torchtune is not installed "
+                                                "(pip install --no-deps torchtune)").joinpath(*_FILES[name])
+        _MODULES[name] = getattr(load_file(path, f"_posenc_torchtune_{path.stem}"), name)
     return _MODULES[name]
 
 

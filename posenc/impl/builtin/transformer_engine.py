@@ -21,16 +21,14 @@ fused path raises). With the full library installed, the real module is imported
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 
 from ...adapters import NotSupported
-from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import angle_table, frequencies, offset_rows, rotary_width
+from ..implementation import Implementation
+from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, package_dir, rotary_width
 from .flash_attn import table_rows
 
 DISTRIBUTION = "transformer-engine"
@@ -51,16 +49,14 @@ class _FusedPathUnavailable(types.ModuleType):
         return fused
 
 
-def _load_unfused(path: Path):
+def _load_unfused(path):
     """Execute rope.py with the fused path's two imports stubbed, leaving `sys.modules` as it was."""
     added = [name for name in _STUBBED if name not in sys.modules]
     for name in added:
         sys.modules[name] = _FusedPathUnavailable(name)
     sys.modules["transformer_engine.pytorch.cpp_extensions.fused_attn"].QKVFormat = {}
     try:
-        module_spec = importlib.util.spec_from_file_location("_posenc_transformer_engine_rope", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        module = load_file(path, "_posenc_transformer_engine_rope")
     finally:
         for name in added:
             del sys.modules[name]
@@ -71,15 +67,12 @@ def rope_module():
     """TE's `pytorch/attention/rope.py`: the installed module when TE imports, else its file unfused (cached)."""
     global _MODULE
     if _MODULE is None:
-        spec = importlib.util.find_spec("transformer_engine")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImplementationUnavailable("--impl transformer-engine: transformer_engine is not installed "
-                                            "(pip install --no-deps transformer-engine)")
+        root = package_dir("transformer_engine", missing="--impl transformer-engine: transformer_engine is not "
+                                                         "installed (pip install --no-deps transformer-engine)")
         try:
             import transformer_engine.pytorch.attention.rope as module
         except (ImportError, RuntimeError):  # the Python wheel without its core library refuses to import
-            path = Path(list(spec.submodule_search_locations)[0]) / "pytorch" / "attention" / "rope.py"
-            module = _load_unfused(path)
+            module = _load_unfused(root / "pytorch" / "attention" / "rope.py")
         _MODULE = module
     return _MODULE
 
