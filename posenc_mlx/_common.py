@@ -2,7 +2,7 @@
 
 The same names, with the same roles, exist in `posenc_torch._common`, `posenc_tf._common` and
 `posenc_jax._common`: `resolve_dtype`, `as_tensor`, `is_tracing`, `spec_value`, `spec_constant`,
-`position_pair`; MLX adds `bind_config`, `is_floating`, `is_integer` and `F64`.
+`position_pair`; MLX adds `bind_config`, `is_floating`, `is_integer`, `integer_values` and `F64`.
 
 Cache policy (the same in every backend): what the spec computes from parameters alone is cached
 as NumPy/Python values (`spec_value`), which no trace can touch. An `mx.array` made from it holds its
@@ -26,7 +26,7 @@ from posenc_np._dtypes import dtype_name
 from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer
 
 __all__ = ["resolve_dtype", "as_tensor", "is_tracing", "spec_value", "spec_constant", "position_pair", "bind_config",
-           "is_floating", "is_integer", "F64", "TRACE"]
+           "is_floating", "is_integer", "integer_values", "F64", "TRACE"]
 
 #: the stream of every float64 operation: MLX has float64 on its CPU device only
 F64 = mx.cpu
@@ -122,6 +122,15 @@ def bind_config(config, module) -> None:
         object.__setattr__(module, name, value)
 
 
+def integer_values(name: str, x):
+    """A floating array holding integers as an int64 array (the spec's ValueError naming `name` when it
+    does not); under mx.compile a floating array cannot be read, so it is a TypeError instead."""
+    if is_tracing(x):
+        check_traced_integer(name, x.dtype, is_floating=True, where=TRACE)
+    values = check_integer_positions(name, np.asarray(x.astype(mx.float64, stream=F64)))
+    return mx.array(values.astype(np.int64))
+
+
 def position_pair(q_positions, k_positions, *, integer: bool):
     """Arrays for `[..., q]` / `[..., k]` positions, validated as the spec validates them.
 
@@ -134,10 +143,7 @@ def position_pair(q_positions, k_positions, *, integer: bool):
         check_position_axes(name, x.ndim, x.dtype,
                             is_real=not (x.dtype == mx.bool_ or mx.issubdtype(x.dtype, mx.complexfloating)))
         if integer and is_floating(x):
-            if is_tracing(x):
-                check_traced_integer(name, x.dtype, is_floating=True, where=TRACE)
-            x = mx.array(check_integer_positions(name, np.asarray(x.astype(mx.float64, stream=F64)))
-                         .astype(np.int32))
+            x = integer_values(name, x)
         pair.append(x)
     check_position_pair(pair[0].shape, pair[1].shape)
     return tuple(pair)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import mlx.core as mx
-import numpy as np
 
-from posenc_np._validate import check_integer_positions, check_traced_integer
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
-from ._common import F64, TRACE, as_tensor, is_floating, is_tracing, position_pair
+from ._common import as_tensor, integer_values, is_floating, position_pair
 
 __all__ = ["make_log_bucket_position", "build_relative_position"]
 
@@ -29,10 +27,7 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
     check_deberta_args(bucket_size, max_position, required=True)
     relative = as_tensor(relative_pos)
     if is_floating(relative):
-        if is_tracing(relative):
-            check_traced_integer("relative_pos", relative.dtype, is_floating=True, where=TRACE)
-        host = np.asarray(relative.astype(mx.float64, stream=F64))
-        relative = mx.array(check_integer_positions("relative_pos", host).astype(np.int64))
+        relative = integer_values("relative_pos", relative)
     return _log_bucket(relative, bucket_size, max_position).astype(mx.int32)
 
 

@@ -7,11 +7,16 @@ import mlx.nn as nn
 import numpy as np
 
 from posenc_np._modules import LearnedConfig
-from posenc_np._validate import (check_integer_positions, check_positions_in_table, check_positive_int, check_table,
-                                  check_traced_integer)
+from posenc_np._validate import (
+    check_integer_positions,
+    check_positions_in_table,
+    check_positive_int,
+    check_table,
+    check_traced_integer,
+)
 from posenc_np.learned import resize_weights
 
-from ._common import TRACE, F64, as_tensor, bind_config, is_floating, is_tracing, spec_constant
+from ._common import F64, TRACE, as_tensor, bind_config, is_floating, is_tracing, spec_constant
 
 __all__ = ["learned", "resize_table", "LearnedEncoding"]
 

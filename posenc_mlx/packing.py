@@ -17,9 +17,16 @@ import mlx.core as mx
 import numpy as np
 
 from posenc_np._validate import check_cu_seqlens_shape, check_float_dtype
-from posenc_np.packing import check_axis, check_cp_args, check_cp_divisible, check_cu_seqlens, check_rerotate_args
-from posenc_np.packing import check_document_index
-from posenc_np.packing import check_total, cp_rank_order
+from posenc_np.packing import (
+    check_axis,
+    check_cp_args,
+    check_cp_divisible,
+    check_cu_seqlens,
+    check_document_index,
+    check_rerotate_args,
+    check_total,
+    cp_rank_order,
+)
 from posenc_np.packing import cp_indices as spec_cp_indices
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from posenc_np._modules import T5BiasConfig
-from posenc_np._validate import check_integer_positions, check_table, check_traced_integer
+from posenc_np._validate import check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import F64, TRACE, as_tensor, bind_config, is_floating, is_tracing, position_pair, spec_constant
+from ._common import as_tensor, bind_config, integer_values, is_floating, position_pair, spec_constant
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 
@@ -39,10 +38,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     check_t5_args(bidirectional, num_buckets, max_distance)
     relative = as_tensor(relative_position)
     if is_floating(relative):
-        if is_tracing(relative):
-            check_traced_integer("relative_position", relative.dtype, is_floating=True, where=TRACE)
-        host = np.asarray(relative.astype(mx.float64, stream=F64))
-        relative = mx.array(check_integer_positions("relative_position", host).astype(np.int32))
+        relative = integer_values("relative_position", relative)
     return _buckets(relative, bidirectional, num_buckets, max_distance)
 
 
