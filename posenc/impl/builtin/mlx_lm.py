@@ -26,7 +26,7 @@ import numpy as np
 from ...adapters import NotSupported
 from ..implementation import Implementation, ImplementationUnavailable
 from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
-from .mlx import _DTYPES, call_with_offsets
+from .mlx import MLX_DTYPES, call_with_offsets
 
 DISTRIBUTION = "mlx-lm"
 
@@ -96,6 +96,6 @@ def load() -> Implementation:
 
     rope_utils()
     return Implementation("mlx-lm", "numpy", {"apply_rope": apply_rope},
-                          version=importlib.metadata.version("mlx-lm"), dtypes=_DTYPES, angles="float32",
+                          version=importlib.metadata.version("mlx-lm"), dtypes=MLX_DTYPES, angles="float32",
                           description="rope_utils.initialize_rope modules (linear, dynamic, llama3, yarn, "
                                       "longrope, mrope) on mx.fast.rope")
