@@ -139,7 +139,7 @@ class LearnedConfig(ModuleConfig):
 @dataclasses.dataclass(frozen=True)
 class RotaryConfig(ModuleConfig):
     """`RotaryEmbedding(rotary_dim, *, base, layout, scaling, max_len, rotary_pct, head_dim, mrope_section,
-    mrope_interleaved, mrope_frequencies)`; see `posenc_np.apply_rope`.
+    mrope_interleaved, mrope_frequencies, mrope_axes)`; see `posenc_np.apply_rope`.
 
     The field `rotary_dim` is the resolved width (`int(head_dim * rotary_pct)` with `rotary_pct`);
     `as_dict()` gives it back as given (None with `rotary_pct`), so the two never conflict on reload.
@@ -158,19 +158,21 @@ class RotaryConfig(ModuleConfig):
     mrope_section: tuple | int | None = None
     mrope_interleaved: bool = False
     mrope_frequencies: str = "shared"
+    mrope_axes: tuple | None = None
 
     def __post_init__(self):
         head_dim = None if self.head_dim is None else check_positive_int("head_dim", self.head_dim)
         rotary_dim = resolve_rotary_dim(head_dim, self.rotary_dim, self.rotary_pct)
         plan = rope_plan(rotary_dim, base=self.base, scaling=self.scaling, layout=self.layout,
                          mrope_section=self.mrope_section, mrope_interleaved=self.mrope_interleaved,
-                         mrope_frequencies=self.mrope_frequencies)
+                         mrope_frequencies=self.mrope_frequencies, mrope_axes=self.mrope_axes)
         section = self.mrope_section  # as given (pair counts or a number of axes), made immutable
         if section is not None and not isinstance(section, numbers.Integral):
             section = tuple(int(s) for s in section)
         max_len = None if self.max_len is None else check_positive_int("max_len", self.max_len)
         self._set(rotary_dim=rotary_dim, base=float(self.base), max_len=max_len, head_dim=head_dim,
-                  mrope_section=section, mrope_interleaved=bool(self.mrope_interleaved), plan=plan)
+                  mrope_section=section, mrope_interleaved=bool(self.mrope_interleaved), plan=plan,
+                  mrope_axes=None if self.mrope_axes is None else tuple(plan.axis_of_pair.tolist()))
 
     def __hash__(self):  # `scaling` is a dict: hash its frozen form
         return hash(tuple(freeze(value) for value in self._fields().values()))
@@ -181,12 +183,14 @@ class RotaryConfig(ModuleConfig):
             out["rotary_dim"] = None
         if isinstance(self.mrope_section, tuple):
             out["mrope_section"] = list(self.mrope_section)  # as JSON gives it back
+        if self.mrope_axes is not None:
+            out["mrope_axes"] = list(self.mrope_axes)
         return out
 
     @property
     def cache_rows(self) -> int:
         """Rows of the module's own cos/sin cache: `max_len` where a table applies, else 0."""
-        static = self.plan.kind == "static" and self.mrope_section is None
+        static = self.plan.kind == "static" and self.plan.axis_of_pair is None
         return self.max_len if static and self.max_len is not None else 0
 
     def cache_cos_sin(self) -> tuple[np.ndarray, np.ndarray]:

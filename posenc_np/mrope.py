@@ -51,6 +51,7 @@ from ._validate import check_choice, check_positive_int
 __all__ = [
     "MROPE_FREQUENCIES",
     "resolve_mrope_section",
+    "resolve_mrope_axes",
     "mrope_axis_of_pair",
     "mrope_frequency_order",
     "mrope_channel_axes",
@@ -89,6 +90,31 @@ def resolve_mrope_section(mrope_section, rotary_dim: int) -> tuple:
         raise ValueError(f"mrope_section={list(section)} sums to {sum(section)} pairs, but rotary_dim={rotary_dim} "
                          f"has {pairs}: the section counts frequency pairs (half the rotated channels), not channels")
     return section
+
+
+def resolve_mrope_axes(mrope_axes, rotary_dim: int) -> np.ndarray:
+    """An explicit pair -> axis table (`mrope_axes`) as int64 `[rotary_dim // 2]`.
+
+    The general form of `mrope_section`: pair `j` takes its angle from position axis `mrope_axes[j]`, with
+    its 1-D frequency; the positions' leading axis has `max(mrope_axes) + 1` entries. It says what no section
+    says: ERNIE-4.5-VL's height/width alternation over the first `s_h + s_w` pairs, or Qwen3-VL's interleave
+    with a section that covers fewer pairs than the rotary width (the rest on axis 0).
+
+    Raises:
+        TypeError: not a sequence.
+        ValueError: not `rotary_dim // 2` entries, or an entry that is not an integer >= 0.
+
+    Example:
+        >>> resolve_mrope_axes([1, 2, 1, 2, 0, 0], 12).tolist()
+        [1, 2, 1, 2, 0, 0]
+    """
+    pairs = rotary_dim // 2
+    if isinstance(mrope_axes, (str, bytes)) or not hasattr(mrope_axes, "__len__"):
+        raise TypeError(f"mrope_axes={mrope_axes!r} must be a sequence of axis indices, one per rotary pair")
+    axes = list(np.asarray(mrope_axes).tolist()) if isinstance(mrope_axes, np.ndarray) else list(mrope_axes)
+    if len(axes) != pairs or any(isinstance(a, bool) or not isinstance(a, numbers.Integral) or a < 0 for a in axes):
+        raise ValueError(f"mrope_axes must hold rotary_dim // 2 = {pairs} axis indices >= 0, got {axes}")
+    return np.asarray(axes, dtype=np.int64)
 
 
 def mrope_axis_of_pair(section, interleaved: bool = False) -> np.ndarray:

@@ -11,6 +11,7 @@ dependent scalings need in-graph) from here and implement only the position-depe
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -20,9 +21,23 @@ from typing import Mapping
 import numpy as np
 
 from ._dtypes import spec_output_dtype
-from ._validate import (check_choice, check_even_dim, check_float_dtype, check_heads_divide, check_integer_positions,
-                        check_positive_float, check_rope_input)
-from .mrope import MROPE_FREQUENCIES, check_mrope_positions, mrope_axis_of_pair, mrope_frequency_order, resolve_mrope_section
+from ._validate import (
+    check_choice,
+    check_even_dim,
+    check_float_dtype,
+    check_heads_divide,
+    check_integer_positions,
+    check_positive_float,
+    check_rope_input,
+)
+from .mrope import (
+    MROPE_FREQUENCIES,
+    check_mrope_positions,
+    mrope_axis_of_pair,
+    mrope_frequency_order,
+    resolve_mrope_axes,
+    resolve_mrope_section,
+)
 from .scaling import SCALING_TYPES, dynamic_growth, resolve_scaling
 
 __all__ = [
@@ -140,13 +155,23 @@ class RopePlan:
 
 
 def rope_plan(rotary_dim, *, base=10000.0, scaling=None, layout="half", mrope_section=None,
-              mrope_interleaved=False, mrope_frequencies="shared") -> RopePlan:
+              mrope_interleaved=False, mrope_frequencies="shared", mrope_axes=None) -> RopePlan:
     """Validate RoPE parameters and compute the position-independent numbers (see `RopePlan`).
 
     With `mrope_section`, the pair -> axis map and the pair -> frequency map of `posenc_np.mrope`
     are folded in: `turns` is permuted (`"strided"`) or assembled from one 1-D plan of width `2 * s_a`
     per axis (`"per-axis"`, whose scaled kind, original length, factor and attention scale must agree).
+    `mrope_axes` (an explicit pair -> axis table, `posenc_np.mrope.resolve_mrope_axes`) replaces the section:
+    shared 1-D frequencies, `mrope_section` of the plan the pairs per axis (`num_axes = max(mrope_axes) + 1`).
     """
+    if mrope_axes is not None:
+        if mrope_section is not None or mrope_interleaved or mrope_frequencies != "shared":
+            raise ValueError(f"mrope_axes is an explicit pair -> axis table: it replaces mrope_section={mrope_section!r}"
+                             f" / mrope_interleaved={mrope_interleaved!r} and turns every pair with its 1-D frequency "
+                             f"(mrope_frequencies='shared', got {mrope_frequencies!r})")
+        plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+        axis = resolve_mrope_axes(mrope_axes, plan.rotary_dim)
+        return dataclasses.replace(plan, axis_of_pair=axis, mrope_section=tuple(np.bincount(axis).tolist()))
     if mrope_section is not None:
         return _multi_axis_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
                                 mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
@@ -270,7 +295,8 @@ def _expand(half, layout):
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
-                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared",
+                 mrope_axes=None):
     """The cos and sin tables of RoPE, attention scale folded in (as Hugging Face transformers does).
 
     Formula: `t_j = p * inv_j(seq_len)`, `cos = a * cos(t)`, `sin = a * sin(t)` (a = attention_scale),
@@ -283,8 +309,8 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
         base, scaling: see `rope_frequencies`; `seq_len = max(positions) + 1`.
         layout: "half" or "interleaved".
         dtype: output dtype (float64 when None).
-        mrope_section, mrope_interleaved, mrope_frequencies: multi-axis RoPE, as in `apply_rope`; the
-            positions' leading axis (one per axis of the section) is consumed.
+        mrope_section, mrope_interleaved, mrope_frequencies, mrope_axes: multi-axis RoPE, as in `apply_rope`;
+            the positions' leading axis (one per axis of the section) is consumed.
 
     Returns:
         `(cos, sin)`, each `[*positions.shape, rotary_dim]`; with `mrope_section`,
@@ -301,7 +327,7 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
     """
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
-                     mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+                     mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies, mrope_axes=mrope_axes)
     positions = check_integer_positions("positions", positions)
     if plan.num_axes is not None:
         check_mrope_positions(positions.shape, plan.num_axes)
@@ -312,7 +338,7 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
 
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
-               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared", mrope_axes=None):
     """Rotate the first `rotary_dim` channels of `x` by position-dependent angles.
 
     Formula: each pair `(a, b)` is rotated by `t_j = p * inv_j`:
@@ -346,6 +372,9 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
             `positions` is then `[A, ...]` and `positions[0]` broadcasts against `x.shape[:-1]`.
         mrope_interleaved: Qwen3-VL's interleaved pair -> axis map instead of contiguous blocks.
         mrope_frequencies: "shared", "per-axis" or "strided" (see above).
+        mrope_axes: instead of `mrope_section`, an explicit table of `rotary_dim // 2` axis indices: pair `j`
+            turns by `positions[mrope_axes[j]]` with its 1-D frequency (`positions [max(mrope_axes) + 1, ...]`;
+            ERNIE-4.5-VL: `[1, 2] * 22 + [0] * 20`).
 
     Returns:
         Array like `x` (shape and dtype).
@@ -371,7 +400,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     positions = check_integer_positions("positions", positions)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, mrope_section=mrope_section,
-                     mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+                     mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies, mrope_axes=mrope_axes)
     check_float_dtype("x", out_dtype)  # after the parameters, as a RotaryEmbedding built from them
     if plan.num_axes is not None:
         check_mrope_positions(positions.shape, plan.num_axes)
@@ -546,11 +575,32 @@ _MROPE_MODEL_DEFAULTS = {"qwen2_vl": ([16, 24, 24], False), "qwen2_5_vl": ([16, 
                          "glm_image": ([8, 12, 12], False)}
 
 
+#: model_type prefix -> the default mrope_section of families whose pair -> axis map no section setting gives,
+#: read as an explicit `mrope_axes` table: ERNIE-4.5-VL pairs height and width alternately over the first
+#: `s_h + s_w` pairs (pre-rotated frequencies: pair j keeps its 1-D frequency) and time after them
+#: (transformers 5.24 `ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py` compute_default_rope_parameters,
+#: recomposition_frequencies).
+_MROPE_AXES_DEFAULTS = {"ernie4_5_vl_moe": [22, 22, 20]}
+
+
+def ernie_mrope_axes(section) -> list:
+    """ERNIE-4.5-VL's pair -> axis table for `mrope_section = [s_h, s_w, s_t]` (`s_h == s_w`): height on the even
+    and width on the odd pairs below `s_h + s_w`, time above (axes 1, 2, 0 of `position_ids [3, ...]`)."""
+    s_h, s_w, s_t = (int(v) for v in section)
+    if s_h != s_w:
+        raise ValueError(f"mrope_section={list(section)}: ERNIE-4.5-VL alternates height and width pairs, so its "
+                         "first two sections must be equal")
+    return [1, 2] * s_h + [0] * s_t
+
+
 def _mrope_from_config(config, params) -> dict:
     """Pop `mrope_section` / `mrope_interleaved` out of the RoPE dict into keys of their own."""
     section = params.pop("mrope_section", None)
     interleaved = params.pop("mrope_interleaved", None)
     model_type = str(config.get("model_type") or "")
+    axes_default = next((v for k, v in _MROPE_AXES_DEFAULTS.items() if model_type.startswith(k)), None)
+    if axes_default is not None:
+        return dict(mrope_axes=ernie_mrope_axes(axes_default if section is None else section))
     default = next((v for k, v in _MROPE_MODEL_DEFAULTS.items() if model_type.startswith(k)), None)
     if section is None and default is not None:
         section = default[0]

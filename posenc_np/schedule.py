@@ -49,7 +49,14 @@ from __future__ import annotations
 import copy
 from typing import Mapping
 
-from .rope import _MROPE_MODEL_DEFAULTS, _mrope_from_config, load_hf_config, resolve_rotary_dim, rope_plan
+from .rope import (
+    _MROPE_AXES_DEFAULTS,
+    _MROPE_MODEL_DEFAULTS,
+    _mrope_from_config,
+    load_hf_config,
+    resolve_rotary_dim,
+    rope_plan,
+)
 from .scaling import SCALING_TYPES, resolve_scaling
 
 __all__ = [
@@ -97,10 +104,6 @@ REFUSED_FAMILIES = {
     "blt_local_decoder": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
     "blt_local_encoder": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
     "blt_patcher": "rotates by the negative angle (blt/modeling_blt.py rotate_half)",
-    "ernie4_5_vl_moe_text": "its 3-D rule pairs height and width alternately over the first "
-                            "mrope_section[0] + mrope_section[1] pairs with pre-rotated frequencies "
-                            "(ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py compute_default_rope_parameters, "
-                            "recomposition_frequencies), which no mrope_section / mrope_interleaved setting gives",
     "hunyuan_vl_text": "multi-axis xdrope (hunyuan_vl/modeling_hunyuan_vl.py)",
     "qwen2_5_omni_text": "multi-axis mrope in the model code (qwen2_5_omni/modeling_qwen2_5_omni.py)",
     "qwen2_5_omni_talker": "multi-axis mrope in the model code (qwen2_5_omni/modeling_qwen2_5_omni.py)",
@@ -315,7 +318,7 @@ def _uses_rope(cfg: dict, model_type, num_layers: int, where: str) -> list:
 def _reads_mrope(model_type) -> bool:
     """Multi-axis RoPE is read for the families whose convention posenc_np.mrope implements (Qwen2-VL,
     Qwen2.5-VL, Qwen3-VL and their MoE / text variants: `posenc_np.rope._MROPE_MODEL_DEFAULTS` prefixes)."""
-    return any(str(model_type or "").startswith(prefix) for prefix in _MROPE_MODEL_DEFAULTS)
+    return any(str(model_type or "").startswith(prefix) for prefix in (*_MROPE_MODEL_DEFAULTS, *_MROPE_AXES_DEFAULTS))
 
 
 def _nested(params) -> bool:
@@ -409,6 +412,10 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: {error}") from None
     entry = dict(base=float(base), rotary_dim=rotary_dim, layout=layout, scaling=scaling)
+    if mrope.get("mrope_interleaved") and sum(mrope["mrope_section"]) != rotary_dim // 2:
+        # Qwen3-VL's interleave slices `j < 3 * s_a` over every rotary pair; a section that covers fewer pairs
+        # leaves the rest on axis 0 (modeling_qwen3_5.py recomposition_frequencies): an explicit table says it
+        mrope = dict(mrope_axes=_interleaved_axes(mrope["mrope_section"], rotary_dim // 2))
     if mrope:
         try:
             rope_plan(rotary_dim, base=float(base), scaling=scaling, layout=layout, **mrope)
@@ -419,6 +426,16 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
         interleaved = layout == "interleaved" or model_type in MLA_ALWAYS_INTERLEAVED or bool(cfg.get("rope_interleave"))
         entry["layout"] = "interleaved" if interleaved else "half"
     return entry
+
+
+def _interleaved_axes(section, pairs: int) -> list:
+    """HF's Qwen3-VL pair -> axis map over `pairs` pairs, whatever the section sums to: pair `j` takes axis
+    `a >= 1` when `j % A == a` and `j < A * section[a]`, else axis 0."""
+    axes = [0] * pairs
+    for a in range(1, len(section)):
+        for j in range(a, min(pairs, len(section) * section[a]), len(section)):
+            axes[j] = a
+    return axes
 
 
 def rope_schedule_from_hf_config(config) -> list:

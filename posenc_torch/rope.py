@@ -48,11 +48,14 @@ _TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095);
 _PLANS: dict = {}  # spec plans: NumPy values only
 
 
-def _mrope(mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+def _mrope(mrope_section=None, mrope_interleaved=False,
+                 mrope_frequencies="shared", mrope_axes=None):
     """The multi-axis keywords as one hashable key (None for 1-D RoPE); the spec's `rope_plan` validates them."""
-    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared":
+    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared" and mrope_axes is None:
         return None
-    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies)
+    if mrope_axes is not None and hasattr(mrope_axes, "tolist"):  # a NumPy table: plain ints, hashable
+        mrope_axes = mrope_axes.tolist()
+    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies, _freeze(mrope_axes))
 
 
 def _spec_plan(rotary_dim, base, scaling, layout, mrope=None):
@@ -61,7 +64,8 @@ def _spec_plan(rotary_dim, base, scaling, layout, mrope=None):
     key = (rotary_dim, float(base), _freeze(scaling), layout, mrope)
     if key not in _PLANS:
         extra = {} if mrope is None else dict(mrope_section=_thaw(mrope[0]), mrope_interleaved=mrope[1],
-                                              mrope_frequencies=mrope[2])
+                                              mrope_frequencies=mrope[2],
+                                              mrope_axes=_thaw(mrope[3]))
         _PLANS[key] = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout, **extra)
     return _PLANS[key]
 
@@ -432,14 +436,15 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
-                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False,
+                 mrope_frequencies="shared", mrope_axes=None):
     """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`.
 
     With `mrope_section`, positions `[A, ...]` give `[..., rotary_dim]` (multi-axis RoPE, `posenc_np.mrope`)."""
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies, mrope_axes)
     kind, consts = _plan(rotary_dim, base, scaling, layout, positions.device, mrope)
     if "axis" in consts:
         check_mrope_positions(positions.shape, consts["axes"])
@@ -449,7 +454,8 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
 
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
-               out=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+               out=None, mrope_section=None, mrope_interleaved=False,
+                 mrope_frequencies="shared", mrope_axes=None):
     """Rotate the first `rotary_dim` channels of `x`; see `posenc_np.apply_rope`.
 
     `positions` is an integer tensor broadcasting against `x.shape[:-1]` (float tensors raise).
@@ -467,7 +473,8 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     positions = as_tensor(positions, device=x.device)
     key = _eager_key(x, positions, (base, layout, rotary_dim, rotary_pct, scaling if scaling is None else
                                          _freeze(scaling), mrope_section if mrope_section is None else
-                                         _freeze(mrope_section), mrope_interleaved, mrope_frequencies))
+                                         _freeze(mrope_section), mrope_interleaved, mrope_frequencies,
+                                         mrope_axes if mrope_axes is None else _freeze(list(mrope_axes))))
     prepared = None if key is None else _EAGER.get(key)
     if prepared is not None:  # checked before with these parameters, shapes, dtypes and devices
         if out is not None:
@@ -475,7 +482,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
         return _rotate_prepared(x, positions, prepared, layout, out)
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     _check_positions(positions)
-    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies, mrope_axes)
     kind, consts = _plan(rotary_dim, base, scaling, layout, x.device, mrope)
     check_float_dtype("x", x.dtype, x.is_floating_point())  # after the parameters, as the spec; never _EAGER
     _check_shapes(x.shape, positions.shape, consts)
@@ -532,13 +539,16 @@ class RotaryEmbedding(torch.nn.Module):
     """
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
-                 head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+                 head_dim=None, mrope_section=None, mrope_interleaved=False,
+                 mrope_frequencies="shared", mrope_axes=None):
         super().__init__()
         config = RotaryConfig(rotary_dim, base=base, layout=layout, scaling=scaling, max_len=max_len,
                               rotary_pct=rotary_pct, head_dim=head_dim, mrope_section=mrope_section,
-                              mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+                              mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies,
+                              mrope_axes=mrope_axes)
         config.bind(self)
-        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, self.mrope_frequencies)
+        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, self.mrope_frequencies,
+                             self.mrope_axes)
         self._spec = config.plan
         self._cache = config.cache_cos_sin() if config.cache_rows else None  # float64, made float32 by _build
         self._build(None)

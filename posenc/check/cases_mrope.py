@@ -1,5 +1,6 @@
 """Suite cases for rotary over several axes: the conventions qwen2-vl, qwen3-vl, qwen2-vl-vision, pixtral and
-flux, and M-RoPE under the scaling types.
+flux, M-RoPE under the scaling types, and explicit pair -> axis tables (`mrope_axes`): ERNIE-4.5-VL's 3-D rule
+and Qwen3.5's interleave with a section shorter than the rotary pairs.
 
 Positions carry the leading axis of the section (`[A, ..., seq]`). Case sets:
 * "short": small, different ids per axis; "long": ids up to 2**20 on every axis (the 1e-6 rad rule per axis);
@@ -22,7 +23,8 @@ import numpy as np
 from posenc_np._dtypes import numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_position_ids
-from posenc_np.rope import resolve_rotary_dim, rope_plan
+from posenc_np.rope import ernie_mrope_axes, resolve_rotary_dim, rope_plan
+from posenc_np.schedule import _interleaved_axes
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 from .registry import Case, register
 
@@ -79,9 +81,9 @@ def mrope_case(tag, case_set, params, *, head_dim, modes=("eager",)):
     """Register `apply_rope(x, positions, **params)` on one position set (also used by the planted tests)."""
     rotary_dim = resolve_rotary_dim(head_dim, params.get("rotary_dim"), params.get("rotary_pct"))
     plan = rope_plan(rotary_dim, base=params.get("base", 10000.0), scaling=params.get("scaling"),
-                     layout=params.get("layout", "half"), mrope_section=params["mrope_section"],
+                     layout=params.get("layout", "half"), mrope_section=params.get("mrope_section"),
                      mrope_interleaved=params.get("mrope_interleaved", False),
-                     mrope_frequencies=params.get("mrope_frequencies", "shared"))
+                     mrope_frequencies=params.get("mrope_frequencies", "shared"), mrope_axes=params.get("mrope_axes"))
     positions = _positions(case_set, plan.num_axes)
     shape = _x_shape(positions, head_dim)
 
@@ -93,8 +95,9 @@ def mrope_case(tag, case_set, params, *, head_dim, modes=("eager",)):
         return tolerance(dtype, angle_error=ROPE_ANGLE_GOAL, scale=float(np.abs(desired.astype(np.float64)).max()))
 
     axes = "x".join(str(s) for s in plan.mrope_section)
+    kind = "pairs per axis (mrope_axes table)" if params.get("mrope_axes") is not None else "section"
     return register(Case("apply_rope", tag, case_set, make, tol, modes=modes,
-                         description=f"{params.get('layout', 'half')}, section {axes}"
+                         description=f"{params.get('layout', 'half')}, {kind} {axes}"
                                      f"{' interleaved' if params.get('mrope_interleaved') else ''}, "
                                      f"{params.get('mrope_frequencies', 'shared')} frequencies, {plan.kind} "
                                      f"scaling: positions {list(positions.shape)}"))
@@ -132,3 +135,15 @@ for _name, _scaling in SCALINGS.items():
 # per-axis frequencies under a scaling (each axis its own width): FLUX-like layout at head_dim 16
 mrope_case("per-axis-yarn", "long", {"mrope_section": SMALL_SECTION, "mrope_frequencies": "per-axis",
                                      "layout": "interleaved", "scaling": SCALINGS["yarn"]}, head_dim=16)
+
+# explicit pair -> axis tables: ERNIE-4.5-VL (height/width alternating over 44 pairs, time after; interleaved pairs,
+# modeling_ernie4_5_vl_moe.py) and Qwen3.5's [11, 11, 10] interleave over a 64-pair head (pairs 33.. on time)
+AXES_TABLES = {
+    "ernie4.5-vl": ({"layout": "interleaved", "base": 500000.0, "mrope_axes": ernie_mrope_axes([22, 22, 20])}, 128),
+    "qwen3.5-short-section": ({"layout": "half", "base": 10000000.0,
+                               "mrope_axes": _interleaved_axes([11, 11, 10], 64)}, 128),
+}
+for _name, (_params, _head_dim) in AXES_TABLES.items():
+    for _set in ("short", "long", "text-image-video"):
+        mrope_case(_name, _set, _params, head_dim=_head_dim,
+                   modes=("eager", "jit") if _set == "text-image-video" else ("eager",))

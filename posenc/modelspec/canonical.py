@@ -59,6 +59,7 @@ class LayerSpec:
         scaling: None or a dict of `posenc_np.scaling.SCALING_TYPES` (`rope_type` + its keys).
         mrope_section: pairs per position axis (multi-axis RoPE), None for 1-D.
         mrope_interleaved: Qwen3-VL's interleaved pair -> axis map.
+        mrope_axes: an explicit pair -> axis table instead of a section (ERNIE-4.5-VL), None otherwise.
     """
 
     rope: bool = True
@@ -69,6 +70,7 @@ class LayerSpec:
     scaling: dict | None = None
     mrope_section: tuple | None = None
     mrope_interleaved: bool = False
+    mrope_axes: tuple | None = None
 
     def plan(self):
         """`posenc_np.rope.rope_plan` of this layer (None for NoPE): the frequencies every backend uses."""
@@ -77,6 +79,8 @@ class LayerSpec:
         extra = {}
         if self.mrope_section is not None:
             extra = dict(mrope_section=list(self.mrope_section), mrope_interleaved=self.mrope_interleaved)
+        if self.mrope_axes is not None:
+            extra = dict(mrope_axes=list(self.mrope_axes))
         return rope_plan(self.rotary_dim, base=self.base, scaling=self.scaling, layout=self.layout, **extra)
 
     @property
@@ -101,6 +105,8 @@ class LayerSpec:
                "inv_freq": (plan.turns * 2 * math.pi).tolist()}
         if self.mrope_section is not None:
             out.update(mrope_section=list(self.mrope_section), mrope_interleaved=self.mrope_interleaved)
+        if self.mrope_axes is not None:
+            out.update(mrope_axes=list(self.mrope_axes))
         return out
 
 
@@ -184,6 +190,9 @@ class ModelSpec:
             scaling = _short_scaling(layer.scaling)
             if layer.mrope_section is not None:
                 scaling += f" mrope{list(layer.mrope_section)}{' interleaved' if layer.mrope_interleaved else ''}"
+            if layer.mrope_axes is not None:
+                counts = [list(layer.mrope_axes).count(i) for i in range(max(layer.mrope_axes) + 1)]
+                scaling += f" mrope_axes(pairs per axis {counts}; --json has the table)"
             rows.append((span, "rope", layer.layout, f"{layer.rotary_dim}/{layer.head_dim}", f"{layer.base:g}",
                          scaling, f"{plan.attention_scale:.6g}", plan.kind))
         widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]

@@ -229,7 +229,7 @@ def _layer_fields(a: LayerSpec, b: LayerSpec, row_a: str, row_b: str) -> list:
     la, lb = a.hf_layout(row_a), b.hf_layout(row_b)
     if la != lb:
         out.append(("layout (in HF row order)", la, lb))
-    for name in ("rotary_dim", "head_dim", "base", "mrope_section", "mrope_interleaved"):
+    for name in ("rotary_dim", "head_dim", "base", "mrope_section", "mrope_interleaved", "mrope_axes"):
         va, vb = getattr(a, name), getattr(b, name)
         if va != vb:
             out.append((name, va, vb))
@@ -266,7 +266,8 @@ def compare_specs(a: ModelSpec, b: ModelSpec, *, limit: int = HORIZON_LIMIT, tol
         return out
     grouped: dict = {}
     horizons = []
-    structural = ("rope", "layout (in HF row order)", "rotary_dim", "head_dim", "mrope_section", "mrope_interleaved")
+    structural = ("rope", "layout (in HF row order)", "rotary_dim", "head_dim", "mrope_section", "mrope_interleaved",
+                  "mrope_axes")
     cache = {}
     for i, (la, lb) in enumerate(zip(a.layers, b.layers, strict=True)):
         key = (repr(la), repr(lb))

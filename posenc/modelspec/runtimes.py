@@ -126,10 +126,10 @@ def _vllm_layer(layer, cfg, opts, findings, version="0.33"):
 
 
 def _mlx_layer(layer, raw_params, cfg, findings):
-    if layer.mrope_section is not None:
+    if layer.mrope_section is not None or layer.mrope_axes is not None:
         _note(findings, "mrope_section", "mlx-lm 0.32.2 initialize_rope (models/rope_utils.py:366-371) builds a "
               "plain nn.RoPE for mrope: sections ignored, every pair turns by the temporal position", True)
-        layer = replace(layer, mrope_section=None, mrope_interleaved=False)
+        layer = replace(layer, mrope_section=None, mrope_interleaved=False, mrope_axes=None)
     if cfg.get("rope_traditional"):
         layer = replace(layer, layout="interleaved")
     s = dict(layer.scaling or {"rope_type": "default"})

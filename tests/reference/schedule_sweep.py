@@ -104,8 +104,12 @@ def _pair_table(t, width):
     raise AssertionError(f"rotary output of width {width} is neither half nor interleaved duplicated")
 
 
+def _multi_axis(entry):
+    return entry.get("mrope_section") is not None or entry.get("mrope_axes") is not None
+
+
 def _positions(entry):
-    return MROPE_POSITIONS if entry.get("mrope_section") is not None else POSITIONS
+    return MROPE_POSITIONS if _multi_axis(entry) else POSITIONS
 
 
 def hf_cos_sin(rotary, layer_type, config, positions=POSITIONS):
@@ -216,7 +220,7 @@ def compare_schedule(schedule, config):
         if getattr(config, "qk_rope_head_dim", None) and _mla_layout(module, config) not in (None, entry["layout"]):
             return "mismatch", (f"layer {i}: MLA layout {entry['layout']!r}, the family's attention applies "
                                 f"{_mla_layout(module, config)!r}")
-        if entry.get("mrope_section") is None and _multi_axis_module(rotary, key, config):
+        if not _multi_axis(entry) and _multi_axis_module(rotary, key, config):
             return "mismatch", f"layer {i} ({key}): the rotary module is multi-axis, the entry 1-D"
         try:
             cos, sin, complex_form = hf_cos_sin(rotary, key, config, _positions(entry))

@@ -27,7 +27,6 @@ from transformers import AutoConfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import schedule_sweep  # noqa: E402
-
 from posenc.cli import main  # noqa: E402
 
 #: google/gemma-3-1b-it config.json as shipped (transformers 4.50 keys), 26 layers.
@@ -120,6 +119,15 @@ MORE = {
     "modernbert": {"model_type": "modernbert", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 6,
                    "global_rope_theta": 160000.0, "local_rope_theta": 10000.0, "global_attn_every_n_layers": 3,
                    "intermediate_size": 32, "vocab_size": 64},
+    # ERNIE-4.5-VL: its 3-D rule as an explicit pair -> axis table (mrope_axes)
+    "ernie4.5-vl": {"model_type": "ernie4_5_vl_moe_text", "hidden_size": 256, "head_dim": 128,
+                    "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2, "rope_theta": 500000.0,
+                    "max_position_embeddings": 131072,
+                    "rope_scaling": {"rope_type": "default", "mrope_section": [22, 22, 20]}},
+    # Qwen4-exp: the module's [11, 11, 10] over a 128-pair head (no partial_rotary_factor): pairs 33.. on time
+    "qwen4-exp": {"model_type": "qwen4_exp_text", "hidden_size": 64, "head_dim": 256, "num_attention_heads": 2,
+                  "num_key_value_heads": 1, "num_hidden_layers": 2, "rope_theta": 10000.0,
+                  "max_position_embeddings": 32768, "layer_types": ["linear_attention", "indexed_attention"]},
     # Molmo2: the scaled rotary only on the listed layers
     "molmo2": {"model_type": "molmo2_text", "hidden_size": 64, "head_dim": 16, "num_attention_heads": 4,
                "num_hidden_layers": 4,
@@ -194,10 +202,12 @@ def test_bad_new_keys_raise_naming_them(patch, match):
         pn.rope_schedule_from_hf_config(config)
 
 
-def test_ernie_vl_is_refused_by_name_not_read_as_1d():
-    config = {"model_type": "ernie4_5_vl_moe_text", "num_hidden_layers": 2, "head_dim": 128, "rope_theta": 5e5}
-    with pytest.raises(ValueError, match="ernie4_5_vl_moe"):
-        pn.rope_schedule_from_hf_config(config)
+def test_ernie_vl_reads_its_pair_axis_table_never_1d():
+    (entry, _) = pn.rope_schedule_from_hf_config(MORE["ernie4.5-vl"])
+    assert entry["layout"] == "interleaved" and "mrope_section" not in entry
+    assert entry["mrope_axes"] == [1, 2] * 22 + [0] * 20
+    with pytest.raises(ValueError, match="first two sections must be equal"):
+        pn.rope_schedule_from_hf_config({**MORE["ernie4.5-vl"], "rope_scaling": {"mrope_section": [24, 20, 20]}})
 
 
 def _spec_layers(path, capsys):
@@ -221,7 +231,7 @@ def test_posenc_spec_prints_the_per_layer_reading(name, tmp_path, capsys):
     spec = _spec_layers(path, capsys)
     layers = spec["layers"] if isinstance(spec, dict) else spec[0]["layers"]
     assert len(layers) == len(schedule)
-    for layer, entry in zip(layers, schedule):
+    for layer, entry in zip(layers, schedule, strict=True):
         assert layer["rope"] is (entry is not None)
         if entry is not None:
             assert (layer["base"], layer["layout"], layer["rotary_dim"]) == (entry["base"], entry["layout"],

@@ -73,10 +73,10 @@ def _schedule(model_type):
 
 def test_gemma3_local_global_and_gemma4_proportional():
     config, schedule = _schedule("gemma3_text")
-    for layer_type, entry in zip(config.layer_types, schedule):
+    for layer_type, entry in zip(config.layer_types, schedule, strict=True):
         assert entry["base"] == (1e6 if layer_type == "full_attention" else 1e4)
     config, schedule = _schedule("gemma4_text")
-    full = [e for t, e in zip(config.layer_types, schedule) if t == "full_attention"]
+    full = [e for t, e in zip(config.layer_types, schedule, strict=True) if t == "full_attention"]
     assert full and all(e["rotary_dim"] == 512 and e["scaling"]["rope_type"] == "proportional" for e in full)
     inv, _ = pn.rope_frequencies(512, base=full[0]["base"], scaling=full[0]["scaling"])
     assert np.count_nonzero(inv) == 64  # 0.25 * 512 / 2 rotated pairs, the rest zero frequency

@@ -226,3 +226,61 @@ def test_video_frames_are_spaced_by_time():
 def test_bad_position_id_inputs(kwargs, match):
     with pytest.raises(ValueError, match=match):
         mrope_position_ids(**kwargs)
+
+
+# --- explicit pair -> axis tables (mrope_axes) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("section, interleaved", [((16, 24, 24), False), ((24, 20, 20), True), ((2, 1, 1), True)])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_mrope_axes_of_a_section_equal_the_section(section, interleaved, layout):
+    rotary_dim = 2 * sum(section)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 5, rotary_dim + 4))
+    positions = rng.integers(0, 5000, size=(len(section), 5))
+    axes = mrope_axis_of_pair(section, interleaved)
+    want = pn.apply_rope(x, positions, rotary_dim=rotary_dim, layout=layout, mrope_section=list(section),
+                         mrope_interleaved=interleaved, scaling={"rope_type": "yarn", "factor": 4.0,
+                                                                 "original_max_position_embeddings": 64})
+    got = pn.apply_rope(x, positions, rotary_dim=rotary_dim, layout=layout, mrope_axes=axes,
+                        scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_mrope_axes_pair_j_turns_by_its_axis_with_its_1d_frequency():
+    axes = [1, 2] * 3 + [0] * 2  # ERNIE-4.5-VL's rule at 8 pairs
+    positions = np.array([[5], [70], [900]])
+    cos, sin = pn.rope_cos_sin(positions, 16, base=500.0, layout="interleaved", mrope_axes=axes)
+    inv, _ = pn.rope_frequencies(16, base=500.0)
+    angles = positions[np.array(axes), 0] * inv
+    np.testing.assert_allclose(cos[0, 0::2], np.cos(angles), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sin[0, 1::2], np.sin(angles), rtol=0, atol=1e-15)
+    # equal ids on every axis: plain 1-D RoPE
+    x = np.random.default_rng(0).standard_normal((3, 16))
+    np.testing.assert_allclose(pn.apply_rope(x, np.full((3, 3), 7), mrope_axes=axes),
+                               pn.apply_rope(x, np.full(3, 7)), rtol=0, atol=1e-15)
+
+
+def test_ernie_axes_follow_its_section():
+    from posenc_np.rope import ernie_mrope_axes
+
+    assert ernie_mrope_axes([2, 2, 1]) == [1, 2, 1, 2, 0]
+    with pytest.raises(ValueError, match="first two sections must be equal"):
+        ernie_mrope_axes([3, 2, 1])
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(mrope_axes=[0] * 7), ValueError, "rotary_dim // 2 = 8 axis indices"),
+    (dict(mrope_axes=[0] * 7 + [-1]), ValueError, "axis indices >= 0"),
+    (dict(mrope_axes=[0] * 7 + [0.5]), ValueError, "axis indices >= 0"),
+    (dict(mrope_axes="01"), TypeError, "sequence of axis indices"),
+    (dict(mrope_axes=[0] * 8, mrope_section=[4, 4]), ValueError, "replaces mrope_section"),
+    (dict(mrope_axes=[0] * 8, mrope_frequencies="per-axis"), ValueError, "shared"),
+])
+def test_bad_mrope_axes(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        pn.apply_rope(np.ones((4, 16)), np.zeros((2, 4), int), **kwargs)
+
+
+def test_mrope_axes_positions_need_max_plus_one_axes():
+    with pytest.raises(ValueError, match="leading axis"):
+        pn.apply_rope(np.ones((4, 16)), np.zeros((2, 4), int), mrope_axes=[0, 1, 2] + [0] * 5)

@@ -102,7 +102,8 @@ def _layers_from_schedule(schedule, head_dim_of) -> list:
                                  head_dim=head_dim_of(entry), base=float(entry["base"]),
                                  scaling=None if entry["scaling"] is None else dict(entry["scaling"]),
                                  mrope_section=None if section is None else tuple(section),
-                                 mrope_interleaved=bool(entry.get("mrope_interleaved", False))))
+                                 mrope_interleaved=bool(entry.get("mrope_interleaved", False)),
+                                 mrope_axes=None if entry.get("mrope_axes") is None else tuple(entry["mrope_axes"])))
     return out
 
 
