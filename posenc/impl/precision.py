@@ -25,8 +25,6 @@ UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, 
 #: angle is rounding noise in half precision.
 ANGLE_PAIR_FLOOR = 0.1
 
-_ROPE_KEYS = ("base", "layout", "rotary_dim", "scaling", "rotary_pct", "mrope_section", "mrope_interleaved",
-              "mrope_frequencies")
 
 
 @dataclass(frozen=True)
@@ -44,25 +42,35 @@ class Rotation:
 
 
 def rope_kwargs(kwargs) -> dict:
-    return {k: v for k, v in kwargs.items() if k in _ROPE_KEYS}
+    """The keywords of `kwargs` that `posenc_np.apply_rope` takes (every RoPE parameter, present and future)."""
+    import inspect
+
+    import posenc_np
+
+    keys = set(inspect.signature(posenc_np.apply_rope).parameters) - {"x", "positions"}
+    return {k: v for k, v in kwargs.items() if k in keys}
+
+
+def _plan(x_shape, kw):
+    """`(rotary_dim, RopePlan)` of `apply_rope(x, ..., **kw)` for `x.shape == x_shape`."""
+    from posenc_np.rope import resolve_rotary_dim, rope_plan
+
+    r = resolve_rotary_dim(x_shape[-1], kw.get("rotary_dim"), kw.get("rotary_pct"))
+    return r, rope_plan(r, **{k: v for k, v in kw.items() if k not in ("rotary_dim", "rotary_pct")})
 
 
 def spec_rotation(x_shape, positions, kwargs) -> Rotation:
     """The spec's per-pair rotation for `apply_rope(x, positions, **kwargs)` with `x.shape == x_shape`."""
     import posenc_np
-    from posenc_np.rope import resolve_rotary_dim, rope_plan
 
     kw = rope_kwargs(kwargs)
-    r = resolve_rotary_dim(x_shape[-1], kw.get("rotary_dim"), kw.get("rotary_pct"))
+    r, plan = _plan(x_shape, kw)
     half = kw.get("layout", "half") == "half"
     first = np.arange(r // 2) if half else np.arange(0, r, 2)
     second = first + r // 2 if half else first + 1
     probe = np.zeros(x_shape)
     probe[..., first] = 1.0
     y = posenc_np.apply_rope(probe, positions, **kw)
-    plan = rope_plan(r, base=kw.get("base", 10000.0), scaling=kw.get("scaling"), layout=kw.get("layout", "half"),
-                     mrope_section=kw.get("mrope_section"), mrope_interleaved=kw.get("mrope_interleaved", False),
-                     mrope_frequencies=kw.get("mrope_frequencies", "shared"))
     positions = np.asarray(positions)
     lead = tuple(x_shape[:-1])
     if plan.axis_of_pair is None:
@@ -75,16 +83,10 @@ def spec_rotation(x_shape, positions, kwargs) -> Rotation:
 
 def max_angle(positions, kwargs, x_shape) -> float:
     """The largest |p * inv_freq| (radians, unreduced) of the case: the float32 class's angle."""
-    from posenc_np.rope import resolve_rotary_dim, rope_plan
-
-    kw = rope_kwargs(kwargs)
     positions = np.asarray(positions)
     if not positions.size:
         return 0.0
-    r = resolve_rotary_dim(x_shape[-1], kw.get("rotary_dim"), kw.get("rotary_pct"))
-    plan = rope_plan(r, base=kw.get("base", 10000.0), scaling=kw.get("scaling"), layout=kw.get("layout", "half"),
-                     mrope_section=kw.get("mrope_section"), mrope_interleaved=kw.get("mrope_interleaved", False),
-                     mrope_frequencies=kw.get("mrope_frequencies", "shared"))
+    _, plan = _plan(x_shape, rope_kwargs(kwargs))
     turns = plan.turns_at(int(positions.max()) + 1)
     return float(np.abs(positions).max()) * float(np.max(turns)) * 2 * math.pi
 

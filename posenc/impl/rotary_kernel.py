@@ -43,8 +43,9 @@ def hf_tables(positions, x_shape, rotary_dim, **rope_kwargs):
     (attention factor folded in) for the positions of `hf_position_ids`."""
     from posenc_np import rope_cos_sin
 
-    section = rope_kwargs.get("mrope_section")
-    axes = None if section is None else (int(section) if np.isscalar(section) else len(section))
+    from posenc_np.rope import rope_plan
+
+    axes = rope_plan(rotary_dim, **rope_kwargs).num_axes
     ids, unsqueeze_dim = hf_position_ids(positions, x_shape, axes=axes)
     cos, sin = rope_cos_sin(ids, rotary_dim, **rope_kwargs)
     return cos, sin, unsqueeze_dim
@@ -56,17 +57,15 @@ def rotary_kernel_apply_rope(fn, *, framework: str, layout: str):
     to be compared with the spec's `apply_rope(x, ...)`."""
     kernel_layout = layout
 
-    def apply_rope(x, positions, *, base=10000.0, layout=kernel_layout, rotary_dim=None, scaling=None,
-                   rotary_pct=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+    def apply_rope(x, positions, *, layout=kernel_layout, rotary_dim=None, rotary_pct=None, **rope_kwargs):
+        """Every other RoPE keyword of the contract (base, scaling, the multi-axis ones) builds the tables."""
         from posenc_np.rope import resolve_rotary_dim
 
         ad = adapter(framework)
         x_np = np.asarray(ad.to_numpy(x))
         r = resolve_rotary_dim(x_np.shape[-1], rotary_dim, rotary_pct)
-        cos, sin, unsqueeze_dim = hf_tables(np.asarray(ad.to_numpy(positions)), x_np.shape, r, base=base,
-                                            scaling=scaling, layout=layout, mrope_section=mrope_section,
-                                            mrope_interleaved=mrope_interleaved,
-                                            mrope_frequencies=mrope_frequencies)
+        cos, sin, unsqueeze_dim = hf_tables(np.asarray(ad.to_numpy(positions)), x_np.shape, r, layout=layout,
+                                            **rope_kwargs)
         cos_t, sin_t = (ad.from_numpy(t.astype(x_np.dtype)) for t in (cos, sin))
         return rotated_pair(ad, x, x_np, r, unsqueeze_dim,
                             lambda q, k: fn(q, k, cos_t, sin_t, unsqueeze_dim=unsqueeze_dim))
