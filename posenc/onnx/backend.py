@@ -67,6 +67,9 @@ def _rope(args, kwargs):
     x = np.asarray(x)
     dtype = _float_dtype(x)
     positions = _int_positions("positions", positions)
+    if kwargs.get("mrope_axes") is not None:  # an explicit per-pair axis map (ERNIE 4.5-VL, short sections)
+        raise NotExportable("mrope_axes (an axis per pair): MRotaryEmbedding takes three contiguous (mrope_layout 0) "
+                            "or interleaved (1) sections")
     if kwargs.get("mrope_section") is not None:
         return _mrope(x, positions, kwargs)
     if x.ndim != 4:
