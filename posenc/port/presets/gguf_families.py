@@ -298,6 +298,40 @@ def hf_to_gguf(family_name, reader, options):
     else:
         _refuse_sliding_window(family, config, what)
         rope_kv, generated, entry = _rope_metadata(family, config, schedule, prefix)
+    rules = _hf_to_gguf_rules(family, reader, layers, (heads, kv_heads, head_dim), entry, generated)
+    vocab = reader.shape(family.global_names[0][0])[0]
+    kv = _hf_to_gguf_kv(family, config, options, layers, (heads, kv_heads, head_dim), vocab) + rope_kv
+    token_kv, token_note = tokenizer_kv(os.path.dirname(os.path.abspath(reader.path)), vocab)
+    kv += token_kv
+    sidecar = {"rope": {"layout": ROPE_LAYOUT_OF_TYPE[rope_type(family.arch)], "base": entry["base"],
+                        "rotary_dim": entry["rotary_dim"], "scaling": entry["scaling"], "num_heads": heads,
+                        "num_kv_heads": kv_heads, "source_layout": "half"},
+               "gguf": {"architecture": family.arch, "rope_type": rope_type(family.arch), "tokenizer": token_note}}
+    types, rounded, hf_rounding = _outtype_ops(reader, rules, options.outtype)
+    rounding = Rounding(rules, rounded)
+    extra = [gguf_logits_check(family, source=("hf", config), target=("gguf", None), hf_rounding=hf_rounding)]
+    if hf_rounding:
+        extra.append(rounding.rounding_check)
+    if options.outtype:
+        sidecar["gguf"].update(outtype=options.outtype, types=types)
+    if family.swa_pattern:
+        sidecar["rope"]["layers"] = hf_config.sidecar_layers(schedule, hf_config.layer_types(config, schedule), "half")
+    if not llamacpp_available():
+        sidecar["gguf"]["llama.cpp"] = "not run: llama-cpp-python is not installed"
+    elif dict((k, v) for k, v, _ in kv).get("tokenizer.ggml.model") == "none":
+        sidecar["gguf"]["llama.cpp"] = "not run: no vocabulary (llama.cpp gives no logits without one)"
+    else:
+        extra.append(llamacpp_check(family, config, rounding))
+        sidecar["gguf"]["llama.cpp"] = "logits checked (llamacpp-logits)"
+    block_types = {name: kind for name, kind in types.items() if kind in QUANTIZED}
+    return Preset(rules, target_format="gguf", sidecar=sidecar, extra=extra,
+                  metadata={"gguf": {"arch": family.arch, "kv": kv, "types": block_types}})
+
+
+def _hf_to_gguf_rules(family, reader, layers, head_counts, entry, generated) -> Rules:
+    """HF names to llama.cpp's, q/k (and their biases) re-permuted for a NORM architecture, 1-D tensors cast
+    to F32, Gemma's norm shift, GPT-NeoX's per-head fused rows to blocks."""
+    heads, kv_heads, head_dim = head_counts
     rename = [(hf, gg) for hf, gg in family.global_names if hf in reader]
     layer_glob = family.hf_layer.format(i="*")
     rename += [(layer_glob + hf, "blk.*." + gg) for hf, gg in family.layer_names
@@ -326,7 +360,13 @@ def hf_to_gguf(family_name, reader, options):
         for p, count in (("q", heads), ("k", kv_heads)):  # llama.cpp permutes q/k biases as the weights
             ops.append((layer_glob + f"self_attn.{p}_proj.bias", Op("rope", (count, "half", "interleaved",
                                                                          rules.rotary_dim))))
-    vocab = reader.shape(family.global_names[0][0])[0]
+    return rules
+
+
+def _hf_to_gguf_kv(family, config, options, layers, head_counts, vocab) -> list:
+    """The model's GGUF key/values besides the rope and tokenizer ones (TextModel.set_gguf_parameters)."""
+    heads, kv_heads, head_dim = head_counts
+    prefix = family.arch
     eps_hf, eps_key = family.eps
     kv = [("general.name", config.get("_name_or_path") or f"posenc port of {family.hf_class}", "string"),
           ("general.file_type", FILE_TYPE.get(options.outtype, 0), "uint32"),
@@ -342,32 +382,7 @@ def hf_to_gguf(family_name, reader, options):
                (f"{prefix}.attention.value_length", head_dim, "uint32")]
     if family.name == "gpt-neox":  # required by llama.cpp's gptneox loader (GPTNeoXModel.set_gguf_parameters)
         kv.append((f"{prefix}.use_parallel_residual", bool(config.get("use_parallel_residual", True)), "bool"))
-    kv += rope_kv
-    token_kv, token_note = tokenizer_kv(os.path.dirname(os.path.abspath(reader.path)), vocab)
-    kv += token_kv
-    sidecar = {"rope": {"layout": ROPE_LAYOUT_OF_TYPE[rope_type(family.arch)], "base": entry["base"],
-                        "rotary_dim": entry["rotary_dim"], "scaling": entry["scaling"], "num_heads": heads,
-                        "num_kv_heads": kv_heads, "source_layout": "half"},
-               "gguf": {"architecture": family.arch, "rope_type": rope_type(family.arch), "tokenizer": token_note}}
-    types, rounded, hf_rounding = _outtype_ops(reader, rules, options.outtype)
-    rounding = Rounding(rules, rounded)
-    extra = [gguf_logits_check(family, source=("hf", config), target=("gguf", None), hf_rounding=hf_rounding)]
-    if hf_rounding:
-        extra.append(rounding.rounding_check)
-    if options.outtype:
-        sidecar["gguf"].update(outtype=options.outtype, types=types)
-    if family.swa_pattern:
-        sidecar["rope"]["layers"] = hf_config.sidecar_layers(schedule, hf_config.layer_types(config, schedule), "half")
-    if not llamacpp_available():
-        sidecar["gguf"]["llama.cpp"] = "not run: llama-cpp-python is not installed"
-    elif dict((k, v) for k, v, _ in kv).get("tokenizer.ggml.model") == "none":
-        sidecar["gguf"]["llama.cpp"] = "not run: no vocabulary (llama.cpp gives no logits without one)"
-    else:
-        extra.append(llamacpp_check(family, config, rounding))
-        sidecar["gguf"]["llama.cpp"] = "logits checked (llamacpp-logits)"
-    block_types = {name: kind for name, kind in types.items() if kind in QUANTIZED}
-    return Preset(rules, target_format="gguf", sidecar=sidecar, extra=extra,
-                  metadata={"gguf": {"arch": family.arch, "kv": kv, "types": block_types}})
+    return kv
 
 
 def _outtype_ops(reader, rules, outtype):
