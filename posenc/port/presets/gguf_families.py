@@ -197,8 +197,8 @@ def _swa_rope_metadata(family, config, schedule, prefix, layers):
     (the loader's `get_arr` reads it before falling back to its pattern of `swa_pattern`)."""
     types = config.get("layer_types") or [None] * layers
     sliding = [t == "sliding_attention" for t in types]
-    full = [e for e, s in zip(schedule, sliding) if not s]
-    slide = [e for e, s in zip(schedule, sliding) if s]
+    full = [e for e, s in zip(schedule, sliding, strict=True) if not s]
+    slide = [e for e, s in zip(schedule, sliding, strict=True) if s]
     what = f"hf-{family.name}-to-gguf"
     for group, name in ((full, "full-attention"), (slide, "sliding-attention")):
         if any(e is None for e in group):
