@@ -25,12 +25,14 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from posenc_np._freeze import freeze as _freeze
+from posenc_np._freeze import thaw as _thaw
 from posenc_np._modules import RotaryConfig
 from posenc_np._validate import check_float_dtype, check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.mrope import check_mrope_positions
-from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
-from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
+from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_plan, scaling_from_hf_config
+from posenc_np.rope import rope_cos_sin as spec_rope_cos_sin
+from posenc_np.rope import rope_permutation as spec_rope_permutation
 
 from ._common import F64, as_tensor, bind_config, is_floating, is_tracing, resolve_dtype, spec_constant, spec_value
 
@@ -44,18 +46,20 @@ __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation",
 _TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095); beyond it: computed
 
 
-def _mrope(mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+def _mrope(mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared", mrope_axes=None):
     """The multi-axis keywords as one hashable key (None for 1-D RoPE); the spec's `rope_plan` validates them."""
-    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared":
+    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared" and mrope_axes is None:
         return None
-    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies)
+    if mrope_axes is not None and hasattr(mrope_axes, "tolist"):  # a NumPy or MLX table: plain ints, hashable
+        mrope_axes = mrope_axes.tolist()
+    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies, _freeze(mrope_axes))
 
 
 def _spec_plan(rotary_dim, base, scaling, layout, mrope=None):
     """The spec's `RopePlan` (validates the parameters), computed once per parameters."""
     frozen = _freeze(scaling)
     extra = {} if mrope is None else dict(mrope_section=_thaw(mrope[0]), mrope_interleaved=mrope[1],
-                                          mrope_frequencies=mrope[2])
+                                          mrope_frequencies=mrope[2], mrope_axes=_thaw(mrope[3]))
     return spec_value(("rope_plan", rotary_dim, float(base), frozen, layout, mrope),
                       lambda: rope_plan(rotary_dim, base=base, scaling=_thaw(frozen), layout=layout, **extra))
 
@@ -194,14 +198,15 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
 
 
 def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layout="half", rotary_pct=None,
-                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+                 head_dim=None, dtype=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared",
+                 mrope_axes=None):
     """`(cos, sin)`, each `[*positions.shape, rotary_dim]` in `dtype` (float32 when None); see `posenc_np.rope_cos_sin`.
 
     With `mrope_section`, positions `[A, ...]` give `[..., rotary_dim]` (multi-axis RoPE, `posenc_np.mrope`)."""
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies, mrope_axes)
     kind, consts = _plan(rotary_dim, base, scaling, layout, mrope)
     if mrope is not None:
         check_mrope_positions(positions.shape, _spec_plan(rotary_dim, base, scaling, layout, mrope).num_axes)
@@ -218,7 +223,7 @@ def _check_shapes(x_shape, positions_shape, plan):
 
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
-               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+               mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared", mrope_axes=None):
     """Rotate the first `rotary_dim` channels of `x`; see `posenc_np.apply_rope`.
 
     `positions`: integer array broadcasting against `x.shape[:-1]` (float arrays raise); with
@@ -228,7 +233,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     rotary_dim = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
     positions = as_tensor(positions)
     _check_positions(positions)
-    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies)
+    mrope = _mrope(mrope_section, mrope_interleaved, mrope_frequencies, mrope_axes)
     plan = _spec_plan(rotary_dim, base, scaling, layout, mrope)
     check_float_dtype("x", x.dtype, is_floating(x))  # after the parameters, as the spec
     _check_shapes(x.shape, positions.shape, plan)
@@ -269,13 +274,15 @@ class RotaryEmbedding(nn.Module):
     """
 
     def __init__(self, rotary_dim=None, *, base=10000.0, layout="half", scaling=None, max_len=None, rotary_pct=None,
-                 head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared"):
+                 head_dim=None, mrope_section=None, mrope_interleaved=False, mrope_frequencies="shared",
+                 mrope_axes=None):
         super().__init__()
         config = RotaryConfig(rotary_dim, base=base, layout=layout, scaling=scaling, max_len=max_len,
                               rotary_pct=rotary_pct, head_dim=head_dim, mrope_section=mrope_section,
-                              mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies)
+                              mrope_interleaved=mrope_interleaved, mrope_frequencies=mrope_frequencies,
+                              mrope_axes=mrope_axes)
         bind_config(config, self)
-        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, self.mrope_frequencies)
+        self._mrope = _mrope(self.mrope_section, self.mrope_interleaved, self.mrope_frequencies, self.mrope_axes)
         self._inv_freq = mx.array((config.plan.turns * 2 * math.pi).astype(np.float32))
         self._cache = mx.array(np.stack(config.cache_cos_sin()).astype(np.float32))  # [2, rows, r/2]
 
