@@ -1,6 +1,6 @@
 """Backend selection for the test suite.
 
-`--backends torch,tf,jax` (or POSENC_TEST_BACKENDS) names the backends to test. A backend named
+`--backends torch,tf,jax,mlx` (or POSENC_TEST_BACKENDS) names the backends to test. A backend named
 explicitly that is not installed or fails to import FAILS the run (never a silent skip); without the
 option every installed framework is tested, and a framework that is installed but broken fails too.
 """
@@ -25,7 +25,7 @@ from posenc.check.registry import DTYPES, MODES  # noqa: E402
 
 def pytest_addoption(parser):
     parser.addoption("--backends", default=os.environ.get("POSENC_TEST_BACKENDS", ""),
-                     help="comma-separated backends that must be tested (torch, tf, jax); default: all installed")
+                     help="comma-separated backends that must be tested (torch, tf, jax, mlx); default: all installed")
 
 
 def _requested(config):
