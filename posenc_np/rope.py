@@ -572,7 +572,7 @@ _MROPE_MODEL_DEFAULTS = {"qwen2_vl": ([16, 24, 24], False), "qwen2_5_vl": ([16, 
                          "qwen4_exp": ([11, 11, 10], True), "cosmos3_edge": ([24, 20, 20], True),
                          "hy_v4_vl": ([24, 20, 20], True), "paddleocr_vl": ([16, 24, 24], False),
                          "glm4v": ([8, 12, 12], False), "glm_ocr": ([8, 12, 12], False),
-                         "glm_image": ([8, 12, 12], False)}
+                         "glm_image": ([8, 12, 12], False), "cohere_compass": ([24, 20, 20], True)}
 
 
 #: model_type prefix -> the default mrope_section of families whose pair -> axis map no section setting gives,

@@ -128,6 +128,15 @@ MORE = {
     "qwen4-exp": {"model_type": "qwen4_exp_text", "hidden_size": 64, "head_dim": 256, "num_attention_heads": 2,
                   "num_key_value_heads": 1, "num_hidden_layers": 2, "rope_theta": 10000.0,
                   "max_position_embeddings": 32768, "layer_types": ["linear_attention", "indexed_attention"]},
+    # Cohere Compass: M-RoPE per layer type (its own base and section; a full-attention section left to the
+    # module's default [24, 20, 20], interleaved), a NoPE type
+    "cohere-compass": {"model_type": "cohere_compass_text", "hidden_size": 256, "head_dim": 128,
+                       "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 4,
+                       "max_position_embeddings": 8192, "sliding_window": 16,
+                       "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                       "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                 "mrope_section": [16, 24, 24]},
+                                           "full_attention": {"rope_type": "default", "rope_theta": 2000000.0}}},
     # Molmo2: the scaled rotary only on the listed layers
     "molmo2": {"model_type": "molmo2_text", "hidden_size": 64, "head_dim": 16, "num_attention_heads": 4,
                "num_hidden_layers": 4,
