@@ -42,7 +42,6 @@ def hf_tables(positions, x_shape, rotary_dim, **rope_kwargs):
     """`(cos, sin, unsqueeze_dim)`: float64 `[batch, seq, rotary_dim]` tables of `posenc_np.rope_cos_sin`
     (attention factor folded in) for the positions of `hf_position_ids`."""
     from posenc_np import rope_cos_sin
-
     from posenc_np.rope import rope_plan
 
     axes = rope_plan(rotary_dim, **rope_kwargs).num_axes
