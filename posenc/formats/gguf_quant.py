@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from posenc_np._dtypes import numpy_dtype
+
 __all__ = ["OUTTYPES", "QUANTIZED", "FILE_TYPE", "ACTIVATION_TYPE", "TensorError", "tensor_type", "quantize",
            "dequantize", "rounded", "error_bound", "quantization_error", "expected_logit_error", "outtype_of"]
 
@@ -84,8 +86,6 @@ def quantize(array, kind):
     if kind in QUANTIZED:
         return gguf.quants.quantize(values, _type(kind))
     if kind == "BF16":
-        from posenc_np._dtypes import numpy_dtype
-
         return values.astype(numpy_dtype("bfloat16"))
     return values.astype({"F32": np.float32, "F16": np.float16}[kind])
 
