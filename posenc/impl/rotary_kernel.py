@@ -34,7 +34,7 @@ def hf_position_ids(positions, x_shape, *, axes: int | None = None):
     else:
         raise NotSupported(f"positions of shape {list(positions.shape)} vary over the heads axis of x "
                            f"{list(x_shape)}: transformers' [batch, seq] position_ids cannot express them")
-    ids = np.ascontiguousarray(np.broadcast_to(ids, (ids.shape[0], *shape)))
+    ids = np.array(np.broadcast_to(ids, (ids.shape[0], *shape)))  # a writable copy (torch.from_numpy)
     return (ids if axes is not None else ids[0]), unsqueeze_dim
 
 
