@@ -28,13 +28,9 @@ __all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "docume
            "cp_indices", "cp_shard", "cp_unshard", "rerotate"]
 
 
-def _is_static_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
 def _cp_args(world_size, rank, strategy):
-    """Validate; a tensor rank is checked for dtype only (its value is data)."""
-    if _is_static_int(rank) or isinstance(rank, bool):
+    """Validate: an int rank fully (returned as an int), a tensor rank for its dtype and shape (its value is data)."""
+    if isinstance(rank, (int, np.integer)):
         return spec.check_cp_args(world_size, rank, strategy)
     rank = as_tensor(rank)
     return spec.check_cp_rank_tensor(world_size, strategy, dtype=rank.dtype, shape=rank.shape,
@@ -113,9 +109,9 @@ def cp_positions(seq_len, *, world_size, rank, strategy="contiguous"):
     """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
-    if _is_static_int(rank):
-        return spec_constant(("cp_positions", seq_len, world_size, int(rank), strategy), lambda: spec.cp_positions(
-            seq_len, world_size=world_size, rank=int(rank), strategy=strategy), dtype=tf.int64)
+    if isinstance(rank, int):
+        return spec_constant(("cp_positions", seq_len, world_size, rank, strategy), lambda: spec.cp_positions(
+            seq_len, world_size=world_size, rank=rank, strategy=strategy), dtype=tf.int64)
     i = tf.range(seq_len // world_size, dtype=tf.int64)
     return spec.cp_local_index(i, tf.cast(rank, tf.int64), length=seq_len, world_size=world_size, strategy=strategy,
                                where=tf.where)
@@ -125,8 +121,8 @@ def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
     """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
-    if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes
-        index = spec.cp_indices(cu.numpy(), world_size=world_size, rank=int(rank), strategy=strategy, total=total)
+    if not is_tracing(cu) and isinstance(rank, int):  # every value known: the spec validates and computes
+        index = spec.cp_indices(cu.numpy(), world_size=world_size, rank=rank, strategy=strategy, total=total)
         return tf.constant(index, dtype=cu.dtype)
     total = spec.check_cp_divisible(_total(cu, total), world_size, strategy, what="total")
     g = tf.range(total // world_size, dtype=cu.dtype)

@@ -28,17 +28,13 @@ __all__ = ["document_ids", "positions_from_cu_seqlens", "document_mask", "docume
            "cp_indices", "cp_shard", "cp_unshard", "rerotate"]
 
 
-def _is_static_int(x) -> bool:
-    return not isinstance(x, torch.Tensor)
-
-
 def _is_integer(x) -> bool:
     return not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
 
 
 def _cp_args(world_size, rank, strategy):
-    """Validate; a tensor rank is checked for dtype only (its value is data)."""
-    if _is_static_int(rank):
+    """Validate: an int rank fully (returned as an int), a tensor rank for its dtype and shape (its value is data)."""
+    if not isinstance(rank, torch.Tensor):
         return spec.check_cp_args(world_size, rank, strategy)
     return spec.check_cp_rank_tensor(world_size, strategy, dtype=rank.dtype, shape=rank.shape,
                                      is_integer=_is_integer(rank)), rank
@@ -116,7 +112,7 @@ def cp_positions(seq_len, *, world_size, rank, strategy="contiguous", device=Non
     """`[seq_len // world_size]` int64 global positions of rank `rank`; see `posenc_np.cp_positions`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     seq_len = spec.check_cp_divisible(seq_len, world_size, strategy)
-    if _is_static_int(rank):
+    if isinstance(rank, int):
         return spec_constant(("cp_positions", seq_len, world_size, rank, strategy), lambda: spec.cp_positions(
             seq_len, world_size=world_size, rank=rank, strategy=strategy), dtype=torch.int64, device=device)
     i = torch.arange(seq_len // world_size, device=rank.device if device is None else device, dtype=torch.int64)
@@ -128,7 +124,7 @@ def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None):
     """`[total // world_size]` packed-row indices rank `rank` holds; see `posenc_np.cp_indices`."""
     world_size, rank = _cp_args(world_size, rank, strategy)
     cu = _cu(cu_seqlens)
-    if not is_tracing(cu) and _is_static_int(rank):  # every value known: the spec validates and computes
+    if not is_tracing(cu) and isinstance(rank, int):  # every value known: the spec validates and computes
         index = spec.cp_indices(cu.detach().cpu().numpy(), world_size=world_size, rank=rank, strategy=strategy,
                                 total=total)
         return torch.as_tensor(index, dtype=cu.dtype, device=cu.device)
