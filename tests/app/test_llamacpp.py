@@ -29,9 +29,9 @@ pytest.importorskip("llama_cpp")
 from test_gguf import save_model, tokenizer_json  # noqa: E402
 
 from posenc import cli  # noqa: E402
+from posenc.formats.gguf_quant import quantization_error  # noqa: E402
 from posenc.port.presets import gguf_families  # noqa: E402
 from posenc.port.presets.gguf_runtime import llamacpp_logits, llamacpp_tolerance, probe_tokens  # noqa: E402
-from posenc.formats.gguf_quant import quantization_error  # noqa: E402
 
 BASE = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256)
