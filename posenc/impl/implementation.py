@@ -144,7 +144,8 @@ class Implementation:
     # a kernel with transformers' signature -------------------------------------------------------------
     @classmethod
     def from_rotary_kernel(cls, fn: Callable, name: str, *, framework: str = "torch", layout: str = "half",
-                           version=None, dtypes=None, max_positions: int | None = None) -> "Implementation":
+                           version=None, dtypes=None, max_positions: int | None = None,
+                           kv_heads: int | None = None) -> Implementation:
         """An `Implementation` of `apply_rope` from a kernel `fn(q, k, cos, sin, unsqueeze_dim=1) -> (q, k)`.
 
         The signature of transformers' `apply_rotary_pos_emb` (models/llama/modeling_llama.py), the one
@@ -170,6 +171,8 @@ class Implementation:
             layout: the one layout the kernel implements.
             version, dtypes, max_positions: as `Implementation` (`max_positions`: the kernel only ever
                 sees tables of the case's own positions, so this is for a kernel that wraps its own cache).
+            kv_heads: grouped-query attention: `k` holds only the last `kv_heads` heads of `x` (the cases
+                have 2 heads, so 1 checks a single key head, where Liger once left k unrotated).
         """
         from .rotary_kernel import rotary_kernel_apply_rope
 
@@ -177,7 +180,9 @@ class Implementation:
             raise ValueError(f"layout={layout!r} is not one of {list(ROPE_LAYOUTS)}")
         if not callable(fn):
             raise TypeError(f"fn={fn!r} is not callable")
-        apply = rotary_kernel_apply_rope(fn, framework=framework, layout=layout)
+        if kv_heads is not None and (isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1):
+            raise ValueError(f"kv_heads={kv_heads!r} must be a positive int or None")
+        apply = rotary_kernel_apply_rope(fn, framework=framework, layout=layout, kv_heads=kv_heads)
         return cls(name, framework, {"apply_rope": apply}, version=version, layouts=(layout,), dtypes=dtypes,
                    angles="table", max_positions=max_positions,
                    description=f"rotary kernel {getattr(fn, '__qualname__', fn)!s} (transformers' signature)")

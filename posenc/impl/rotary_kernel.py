@@ -50,7 +50,7 @@ def hf_tables(positions, x_shape, rotary_dim, **rope_kwargs):
     return cos, sin, unsqueeze_dim
 
 
-def rotary_kernel_apply_rope(fn, *, framework: str, layout: str):
+def rotary_kernel_apply_rope(fn, *, framework: str, layout: str, kv_heads=None):
     """The contract's `apply_rope` calling `fn(q, k, cos, sin, unsqueeze_dim=...)`: see
     `Implementation.from_rotary_kernel`. Returns `(q_embed, k_embed)`, `k`'s heads put back in order, each
     to be compared with the spec's `apply_rope(x, ...)`."""
@@ -67,21 +67,33 @@ def rotary_kernel_apply_rope(fn, *, framework: str, layout: str):
                                             **rope_kwargs)
         cos_t, sin_t = (ad.from_numpy(t.astype(x_np.dtype)) for t in (cos, sin))
         return rotated_pair(ad, x, x_np, r, unsqueeze_dim,
-                            lambda q, k: fn(q, k, cos_t, sin_t, unsqueeze_dim=unsqueeze_dim))
+                            lambda q, k: fn(q, k, cos_t, sin_t, unsqueeze_dim=unsqueeze_dim), kv_heads=kv_heads)
 
     apply_rope.__qualname__ = f"from_rotary_kernel({getattr(fn, '__qualname__', fn)!s})"
     return apply_rope
 
 
-def rotated_pair(ad, x, x_np, rotary_dim, heads_axis, rotate):
+def rotated_pair(ad, x, x_np, rotary_dim, heads_axis, rotate, *, kv_heads=None):
     """`(q_out, k_out)` of `rotate(q, k) -> (q_embed, k_embed)` with `q = x[..., :rotary_dim]` and `k` the same
     channels with the heads (`heads_axis`) reversed; the pass-through channels are concatenated back (as
     transformers' models do around `apply_rotary_pos_emb`) and `k`'s heads put back in order, so both must
-    equal the spec's `apply_rope(x)`."""
+    equal the spec's `apply_rope(x)`.
+
+    With `kv_heads` (grouped-query attention), `k` holds only the last `kv_heads` heads of `x` (reversed), and
+    `k_out` is `q_out` with those heads replaced by the rotated keys.
+    """
+    heads = x_np.shape[heads_axis]
+    kv = heads if kv_heads is None else int(kv_heads)
+    if not 1 <= kv <= heads:
+        raise NotSupported(f"kv_heads={kv_heads} needs x with at least that many heads; x has {heads}")
+    keys = np.take(x_np[..., :rotary_dim], np.arange(heads - kv, heads), axis=heads_axis)
     q = x if rotary_dim == x_np.shape[-1] else x[..., :rotary_dim]
-    k = ad.from_numpy(np.flip(x_np[..., :rotary_dim], axis=heads_axis).copy())
-    q_embed, k_embed = rotate(q, k)
+    q_embed, k_embed = rotate(q, ad.from_numpy(np.flip(keys, axis=heads_axis).copy()))
     rest = x_np[..., rotary_dim:]
     q_out = np.concatenate([np.asarray(ad.to_numpy(q_embed)), rest], axis=-1)
-    k_out = np.concatenate([np.flip(np.asarray(ad.to_numpy(k_embed)), axis=heads_axis), rest], axis=-1)
+    k_rot = np.flip(np.asarray(ad.to_numpy(k_embed)), axis=heads_axis)
+    k_out = q_out.copy()
+    index = [slice(None)] * k_out.ndim
+    index[heads_axis], index[-1] = slice(heads - kv, heads), slice(0, rotary_dim)
+    k_out[tuple(index)] = k_rot
     return ad.from_numpy(q_out), ad.from_numpy(k_out)

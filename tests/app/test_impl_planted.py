@@ -281,3 +281,23 @@ def test_reading_past_a_view_shows_as_non_finite():
 
     [record] = _records(_mock("strides", apply_rope), "rope/edge/non-contiguous")
     assert record.status == "fail" and record.diagnosis == "non-finite", record
+
+
+def test_a_kernel_that_leaves_a_single_key_head_unrotated_is_caught():
+    """Liger-Kernel #342: with num_kv_heads = 1 the keys came back unrotated; from_rotary_kernel(kv_heads=1)."""
+    pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    def buggy(q, k, cos, sin, unsqueeze_dim=1):
+        q_embed, k_embed = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)
+        heads_axis = unsqueeze_dim
+        return q_embed, (k if k.shape[heads_axis] == 1 else k_embed)
+
+    case = CASES["rope/hf-llama/kv-offset"]
+    full = Implementation.from_rotary_kernel(buggy, "same-heads")
+    gqa = Implementation.from_rotary_kernel(buggy, "one-kv-head", kv_heads=1)
+    same, single = run_implementations([case], [full, gqa], dtypes=["float32"])
+    assert same.status == "pass"  # with as many key heads as query heads the bug does not show
+    assert single.status == "fail" and single.diagnosis == "unrotated", single
+    ok = Implementation.from_rotary_kernel(apply_rotary_pos_emb, "hf-one-kv-head", kv_heads=1)
+    assert run_implementations([case], [ok], dtypes=["float32", "bfloat16"])[0].status == "pass"
