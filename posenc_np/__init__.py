@@ -14,7 +14,7 @@ from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_b
 from .relative import relative_embeddings
 from .rope import (apply_rope, load_hf_config, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation,
                    scaling_from_hf_config)
-from .schedule import rope_schedule_from_hf_config
+from .schedule import indexer_rope_schedule_from_hf_config, rope_schedule_from_hf_config
 from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
 from .temperature import llama4_attn_scale, llama_4_scaling
 from .sinusoidal import sinusoidal, sinusoid_inv_freq
@@ -50,6 +50,7 @@ __all__ = [
     "load_hf_config",
     "mrope_position_ids",
     "rope_schedule_from_hf_config",
+    "indexer_rope_schedule_from_hf_config",
     "apply_mla_rope",
     "mla_rope_permutation",
     "mla_softmax_scale",

@@ -61,6 +61,7 @@ from .scaling import SCALING_TYPES, resolve_scaling
 
 __all__ = [
     "rope_schedule_from_hf_config",
+    "indexer_rope_schedule_from_hf_config",
     "decoder_config",
     "INTERLEAVED_FAMILIES",
     "NO_ROPE_LAYERS_USES_ROPE",
@@ -549,6 +550,66 @@ def rope_schedule_from_hf_config(config) -> list:
                 raise ValueError(f"{here}: {error}") from None
         schedule.append(copy.deepcopy(cache[key]))
     return schedule
+
+
+#: Sparse-attention (DSA) indexers that rotate the leading `qk_rope_head_dim` channels of their own q/k
+#: (`index_head_dim` wide) with the layer's cos/sin, in a layout of their own: model_type -> (layout, source).
+DSA_INDEXER_LAYOUTS = {
+    "deepseek_v32": ("half", "deepseek_v32/modeling_deepseek_v32.py:215-221 DeepseekV32Indexer.forward: "
+                             "apply_rotary_pos_emb, 'NON-interleaved ... unlike the main MLA attention'"),
+    "glm_moe_dsa": ("interleaved", "glm_moe_dsa/modeling_glm_moe_dsa.py:222 GlmMoeDsaIndexer.forward: "
+                                   "apply_rotary_pos_emb_interleave"),
+    "mistral_large4": ("interleaved", "mistral_large4/modeling_mistral_large4.py:252-258 MistralLarge4TextIndexer"
+                                      ".forward: apply_rotary_pos_emb_interleave if use_rope"),
+    "mistral_large4_text": ("interleaved", "mistral_large4/modeling_mistral_large4.py:252-258 (as mistral_large4)"),
+}
+
+
+def indexer_rope_schedule_from_hf_config(config) -> list:
+    """The second rotary of DeepSeek-sparse-attention layers: per decoder layer, `None` (no indexer of its own, or
+    a NoPE layer) or the `apply_rope` kwargs for the indexer's q and k `[..., index_head_dim]`.
+
+    Formula: the indexer rotates its leading `rotary_dim = qk_rope_head_dim` channels (`[rope | pass]`, where
+    the main MLA path rotates the trailing slice of `[nope | rope]`) by the layer's own cos/sin (same base,
+    scaling and attention factor as the layer's `rope_schedule_from_hf_config` entry), in the family's indexer
+    layout (`DSA_INDEXER_LAYOUTS`: DeepSeek-V3.2 rotates halves although its main path interleaves). Layers whose
+    `indexer_types[i] == "shared"` reuse the previous layer's top-k and rotate nothing (`None`).
+
+    Raises:
+        ValueError: a family without a known indexer rotary, `index_head_dim` narrower than the rope slice,
+            `indexer_types` of the wrong length; and whatever `rope_schedule_from_hf_config` raises.
+
+    Reference:
+        transformers 5.24 (files and lines in `DSA_INDEXER_LAYOUTS`).
+
+    Example:
+        >>> cfg = {"model_type": "deepseek_v32", "num_hidden_layers": 1, "head_dim": 4, "qk_rope_head_dim": 4,
+        ...        "qk_nope_head_dim": 4, "index_head_dim": 8, "rope_theta": 1e4}
+        >>> indexer_rope_schedule_from_hf_config(cfg)[0]["layout"], rope_schedule_from_hf_config(cfg)[0]["layout"]
+        ('half', 'interleaved')
+    """
+    cfg = decoder_config(load_hf_config(config))
+    model_type = cfg.get("model_type")
+    where = f"model_type={model_type!r}"
+    if model_type not in DSA_INDEXER_LAYOUTS:
+        raise ValueError(f"{where}: no sparse-attention indexer rotary is known for this family "
+                         f"(known: {sorted(DSA_INDEXER_LAYOUTS)})")
+    layout = DSA_INDEXER_LAYOUTS[model_type][0]
+    schedule = rope_schedule_from_hf_config(cfg)
+    width = cfg.get("index_head_dim")
+    types = cfg.get("indexer_types")
+    if types is not None and len(types) != len(schedule):
+        raise ValueError(f"{where}: indexer_types has {len(types)} entries for num_hidden_layers={len(schedule)}")
+    out = []
+    for i, entry in enumerate(schedule):
+        if entry is None or (types is not None and types[i] == "shared"):
+            out.append(None)
+            continue
+        if not isinstance(width, int) or width < entry["rotary_dim"]:
+            raise ValueError(f"{where}: index_head_dim={width!r} must be an integer >= the rope slice "
+                             f"qk_rope_head_dim={entry['rotary_dim']}")
+        out.append({**entry, "layout": layout})
+    return out
 
 
 def modules_per_layer(schedule, build):

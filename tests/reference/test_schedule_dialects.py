@@ -348,3 +348,58 @@ def test_llamacpp_imrope_unrotated_pairs_equal_ggml():
     differ = sorted({j % 64 for j in np.nonzero(np.abs(got - want).max(axis=(0, 1)) > 1e-3)[0]})
     assert differ == [61, 62]
     np.testing.assert_allclose(got[..., [61, 62, 125, 126]], x[..., [61, 62, 125, 126]], atol=1e-6)
+
+
+# --- the sparse-attention indexer's own rotary -----------------------------------------------------------------
+
+GLM5 = {"model_type": "glm_moe_dsa", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 2, "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 16,
+        "v_head_dim": 8, "max_position_embeddings": 4096, "rope_theta": 1000000.0, "index_head_dim": 32,
+        "index_n_heads": 2, "index_topk": 8, "indexer_types": ["full", "shared"], "vocab_size": 64,
+        "intermediate_size": 32, "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1,
+        "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}
+
+
+@pytest.mark.parametrize("name, config, apply_name", [
+    ("deepseek_v32", DEEPSEEK_V32, "apply_rotary_pos_emb"),
+    ("glm_moe_dsa", GLM5, "apply_rotary_pos_emb_interleave"),
+])
+def test_indexer_rope_equals_hf_indexer(name, config, apply_name, monkeypatch):
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    hf = _hf(config)
+    indexer_cls = next(v for k, v in vars(module).items() if k.endswith("Indexer") and isinstance(v, type))
+    rotary_cls = next(v for k, v in vars(module).items() if k.endswith("RotaryEmbedding") and isinstance(v, type))
+    torch.manual_seed(0)
+    indexer = indexer_cls(hf, 0).eval()
+    seen = []
+    original = getattr(module, apply_name)
+
+    def spy(q, k, cos, sin, *args, **kwargs):
+        out = original(q, k, cos, sin, *args, **kwargs)
+        if kwargs.get("unsqueeze_dim") == 2:  # the indexer's call ([B, S, H, D] q)
+            seen.append((q.detach().double().numpy(), out[0].detach().double().numpy()))
+        return out
+
+    monkeypatch.setattr(module, apply_name, spy)
+    seq = 24
+    positions = np.arange(seq) * 37
+    ids = torch.tensor(positions)[None]
+    hidden = torch.randn(1, seq, hf.hidden_size)
+    with torch.no_grad():
+        embeddings = rotary_cls(hf)(hidden, ids)
+        mask = torch.zeros(1, 1, seq, seq)
+        indexer(hidden, torch.randn(1, seq, hf.q_lora_rank), embeddings, mask, ids)
+    (q_in, q_out), = seen
+    entries = pn.indexer_rope_schedule_from_hf_config(config)
+    entry = entries[0]
+    assert entry["rotary_dim"] == hf.qk_rope_head_dim == q_in.shape[-1]
+    ours = pn.apply_rope(q_in, positions[:, None], **entry)
+    if entry["layout"] == "interleaved":  # HF returns the rotated pairs in half order
+        ours = ours[..., pn.rope_permutation(entry["rotary_dim"], source="interleaved", target="half")]
+    np.testing.assert_allclose(ours, q_out, rtol=1e-4, atol=1e-4)
+    main = pn.rope_schedule_from_hf_config(config)[0]
+    assert main["layout"] == "interleaved" and entry["layout"] == ("half" if name == "deepseek_v32" else "interleaved")
+    if name == "glm_moe_dsa":
+        assert entries[1] is None  # "shared": the layer reuses the previous top-k
