@@ -45,6 +45,8 @@ def test_markdown_cells_name_failures_and_skips():
     records = [record("edge", "past-table", status="fail", diagnosis="unrotated", err_in_tol=9.0,
                       worst_angle_err=1.5, worst_angle_position=4096, worst_angle_index=[0, 3]),
                record("edge", "row-offsets"), record("hf-llama", "short", worst_angle_err=1e-7, worst_angle_position=3),
+               record("hf-llama", "long", status="fail", diagnosis="angle-precision", err_in_tol=2.0,
+                      worst_angle_err=0.2, worst_angle_position=2**20 - 1, worst_angle_index=[0, 5]),
                record("qwen2-vl", "short", status="skip", message="no multi-axis")]
     meta = {"builtin": "flash-attn", "name": "k", "distribution": "d", "version": "1.0", "angles": "table",
             "description": ""}
@@ -52,12 +54,14 @@ def test_markdown_cells_name_failures_and_skips():
     assert entry["cells"]["edge"] == {"pass": 1, "fail": 1, "skip": 0, "error": 0, "diagnoses": {"unrotated": 1},
                                       "skip_reason": None}
     assert entry["cells"]["mrope"]["skip_reason"] == "no multi-axis"
-    assert entry["worst_angle"]["float32"]["position"] == 4096
+    # the worst angle is the computing cases' (the edge column reports the edge set)
+    assert entry["worst_angle"]["float32"] == {"radians": 0.2, "position": 2**20 - 1, "case": "hf-llama/long",
+                                               "status": "fail"}
     missing = {"builtin": "vllm", "name": "vllm", "distribution": "vllm", "installed": False, "version": None,
                "install": ecosystem.INSTALL["vllm"]}
     page = ecosystem.render_markdown(_report([entry, missing]))
     row = next(line for line in page.splitlines() if line.startswith("| k |"))
-    assert "**fail 1**/2 (unrotated)" in row and "| skip |" in row and "1.5 rad @ 4096 (fail)" in row
+    assert "**fail 1**/2 (unrotated)" in row and "| skip |" in row and "0.2 rad @ 1048575 (fail)" in row
     assert "**vllm** (vllm): not installed. Install: its own virtual environment" in page
     assert page.count("```python") == len(ecosystem.FINDINGS)
 
