@@ -308,7 +308,7 @@ def hf_to_gguf(family_name, reader, options):
                         "num_kv_heads": kv_heads, "source_layout": "half"},
                "gguf": {"architecture": family.arch, "rope_type": rope_type(family.arch), "tokenizer": token_note}}
     types, rounded, hf_rounding = _outtype_ops(reader, rules, options.outtype)
-    rounding = Rounding(rules, rounded)
+    rounding = Rounding(rules, rounded, hf_rounding)
     extra = [gguf_logits_check(family, source=("hf", config), target=("gguf", None), hf_rounding=hf_rounding)]
     if hf_rounding:
         extra.append(rounding.rounding_check)
