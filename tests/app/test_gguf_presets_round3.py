@@ -151,3 +151,19 @@ def test_what_llamacpp_would_compute_otherwise_is_refused(tmp_path, case, capsys
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "o.gguf").exists()
+
+
+def test_a_wrongly_quantized_file_fails_its_rounding_check(tmp_path, monkeypatch):
+    """The writer storing slightly other values than the float tensors (a 1 % gain, as a wrong scale would):
+    every rounded tensor's `rounding` check fails and the port exits 1 with the file kept aside."""
+    from posenc.formats import gguf_quant
+
+    src = tmp_path / "hf"
+    save_model(src, transformers.LlamaConfig(**BASE, architectures=["LlamaForCausalLM"]), shard="1GB")
+    real = gguf_quant.quantize
+    monkeypatch.setattr(gguf_quant, "quantize", lambda array, kind: real(np.asarray(array) * 1.01, kind))
+    target = tmp_path / "q.gguf"
+    assert run("port", src, target, "--preset", "hf-llama-to-gguf", "--outtype", "q8_0", "--json", tmp_path / "r.json") == 1
+    checks = json.loads((tmp_path / "r.json").read_text())["checks"]
+    assert [c for c in checks if c["kind"] == "rounding"] and all(not c["passed"] for c in checks if c["kind"] == "rounding")
+    assert not target.exists() and (tmp_path / "q.gguf.unverified").exists()
