@@ -7,6 +7,7 @@
 * `flax_llama`: `hf-llama-to-flax`.
 * `keras_llama`: `hf-llama-to-keras`, `keras-to-hf-llama`.
 * `deepseek_mla`: `hf-deepseek-mla-to-half`.
+* `mlx_lm`: `hf-llama-to-mlx`, `hf-qwen2-to-mlx`, `hf-gemma3-to-mlx`.
 
 Each module exports `PRESETS` (name -> builder `(reader, PresetOptions) -> Preset`); this package merges them.
 """
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 from ...errors import UsageError
 from ..preset import RESIZING_PRESETS, Preset, PresetOptions
-from . import bert, deepseek_mla, flax_llama, gguf_families, keras_llama, meta_llama, t5x
+from . import bert, deepseek_mla, flax_llama, gguf_families, keras_llama, meta_llama, mlx_lm, t5x
 
 __all__ = ["PRESETS", "Preset", "PresetOptions", "get_preset"]
 
 #: preset name -> builder, in the order `posenc port --help` lists them
 PRESETS = {**meta_llama.PRESETS, **bert.PRESETS, **t5x.PRESETS, **gguf_families.PRESETS, **flax_llama.PRESETS,
-           **deepseek_mla.PRESETS, **keras_llama.PRESETS}
+           **deepseek_mla.PRESETS, **keras_llama.PRESETS, **mlx_lm.PRESETS}
 
 
 def get_preset(name, reader, options: PresetOptions | None = None) -> Preset:
