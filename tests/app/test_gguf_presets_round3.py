@@ -167,3 +167,33 @@ def test_a_wrongly_quantized_file_fails_its_rounding_check(tmp_path, monkeypatch
     checks = json.loads((tmp_path / "r.json").read_text())["checks"]
     assert [c for c in checks if c["kind"] == "rounding"] and all(not c["passed"] for c in checks if c["kind"] == "rounding")
     assert not target.exists() and (tmp_path / "q.gguf.unverified").exists()
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_gemma2_and_3_round_trip_through_gguf(tmp_path, family):
+    """HF -> GGUF -> HF: transformers loads the back-ported directory (its config rebuilt from what llama.cpp
+    reads: layer types, window, bases, soft-caps) and gives the original logits (norms within float32's
+    `(w + 1) - 1`)."""
+    from posenc_np.testing import compare, tolerance
+
+    if family == "gemma2":
+        config = transformers.Gemma2Config(**{**BASE, "num_hidden_layers": 4}, **GEMMA,
+                                           architectures=["Gemma2ForCausalLM"])
+    else:
+        config = transformers.Gemma3TextConfig(
+            **{**BASE, "num_hidden_layers": 4}, **GEMMA, final_logit_softcapping=20.0,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+            architectures=["Gemma3ForCausalLM"])
+    src = tmp_path / "hf"
+    model = save_model(src, config, shard="1GB")
+    assert run("port", src, tmp_path / "g.gguf", "--preset", f"hf-{family}-to-gguf") == 0
+    back = tmp_path / "back"
+    assert run("port", tmp_path / "g.gguf", f"{back}/", "--preset", f"gguf-to-hf-{family}") == 0
+    reloaded = getattr(transformers, config.architectures[0]).from_pretrained(back).eval()
+    assert reloaded.config.layer_types == config.layer_types
+    tokens = torch.tensor([np.random.default_rng(3).integers(0, 300, 40).tolist()])
+    with torch.no_grad():
+        desired, actual = (m.float()(tokens).logits[0].double().numpy() for m in (model, reloaded))
+    assert compare(actual, desired, tolerance("float32", scale=np.abs(desired).max(), slack_ulps=64)).passed

@@ -50,7 +50,7 @@ from ...formats.gguf_quant import FILE_TYPE, QUANTIZED, tensor_type
 from .. import hf_config
 from ..mapping import Op, Rules, build_plan
 from ..preset import Preset
-from .gguf_check import gguf_logits_check
+from .gguf_check import gguf_logits_check, llamacpp_swa_layers
 from .gguf_runtime import Rounding, llamacpp_available, llamacpp_check
 from .gguf_tokenizer import tokenizer_kv
 
@@ -487,7 +487,36 @@ def _hf_config_from_gguf(family, reader, options):
                               np.asarray(reader.get("rope_freqs.weight"), np.float32)):
             raise UsageError("--rope-scaling does not reproduce the GGUF's rope_freqs tensor")
     config["rope_scaling"] = scaling
+    if family.swa_pattern:
+        _gemma_config_from_gguf(family, md, config)
     return config
+
+
+def _gemma_config_from_gguf(family, md, config):
+    """Gemma 2/3's HF settings from what llama.cpp reads (the inverse of `_swa_rope_metadata` / `_gemma_kv`):
+    layer_types from llama.cpp's sliding layers (`llamacpp_swa_layers`), the window, two bases, the soft-caps
+    and the attention scale llama.cpp fixes."""
+    a, layers = family.arch, config["num_hidden_layers"]
+    sliding = llamacpp_swa_layers(md, a, layers)
+    config["layer_types"] = ["sliding_attention" if s else "full_attention" for s in sliding]
+    window = md.get(f"{a}.attention.sliding_window")
+    config["sliding_window"] = int(window) if window else None
+    big = layers == (46 if a == "gemma2" else 62)
+    config["query_pre_attn_scalar"] = config["hidden_size"] // config["num_attention_heads"] if big else \
+        config["head_dim"]
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = md.get(f"{a}.{key}")
+        config[key] = float(value) if value is not None else None
+    if a == "gemma3":
+        config["model_type"] = "gemma3_text"
+        full = {"rope_type": "default", "rope_theta": config.pop("rope_theta")}
+        if config.pop("rope_scaling"):
+            full = {**full, "rope_type": "linear", "factor": float(md[f"{a}.rope.scaling.factor"])}
+        config["rope_parameters"] = {"full_attention": full, "sliding_attention": {
+            "rope_type": "default", "rope_theta": float(md.get(f"{a}.rope.freq_base_swa", 10000.0))}}
+    elif md.get(f"{a}.rope.freq_base_swa", config["rope_theta"]) != config["rope_theta"]:
+        raise UsageError("gguf-to-hf-gemma2: the GGUF's sliding layers have their own base (rope.freq_base_swa); "
+                         "transformers' Gemma2 has one rope_theta")
 
 
 def gguf_to_hf(family_name, reader, options):
@@ -556,6 +585,7 @@ PRESETS = {"hf-llama-to-gguf": _preset("to", "llama"), "gguf-to-hf-llama": _pres
            "hf-mistral-to-gguf": _preset("to", "llama"),
            "hf-qwen2-to-gguf": _preset("to", "qwen2"), "gguf-to-hf-qwen2": _preset("from", "qwen2"),
            "hf-gemma-to-gguf": _preset("to", "gemma"), "gguf-to-hf-gemma": _preset("from", "gemma"),
-           "hf-gemma2-to-gguf": _preset("to", "gemma2"), "hf-gemma3-to-gguf": _preset("to", "gemma3"),
+           "hf-gemma2-to-gguf": _preset("to", "gemma2"), "gguf-to-hf-gemma2": _preset("from", "gemma2"),
+           "hf-gemma3-to-gguf": _preset("to", "gemma3"), "gguf-to-hf-gemma3": _preset("from", "gemma3"),
            "hf-phi3-to-gguf": _preset("to", "phi3"), "gguf-to-hf-phi3": _preset("from", "phi3"),
            "hf-gpt-neox-to-gguf": _preset("to", "gpt-neox"), "gguf-to-hf-gpt-neox": _preset("from", "gpt-neox")}
