@@ -72,6 +72,25 @@ def test_gemma_passes_as_float32():
     assert 1e-3 < worst_angle(records) < 0.1
 
 
+def test_gemma_proportional_is_rope_proportion():
+    """Gemma 4's proportional RoPE (not in the registry's cases): `rope_proportion` = partial_rotary_factor."""
+    if not builtin_status("gemma")[0]:
+        pytest.skip("gemma is not installed")
+    import jax.numpy as jnp
+    import numpy as np
+
+    import posenc_np
+
+    (impl,) = load_builtin("gemma")
+    x = np.random.default_rng(0).standard_normal((1, 2, 8, 32)).astype(np.float32)
+    positions = np.arange(8) + 100
+    scaling = {"rope_type": "proportional", "partial_rotary_factor": 0.25, "factor": 2.0}
+    got = np.asarray(impl.functions["apply_rope"](jnp.asarray(x), jnp.asarray(positions), base=1e6, scaling=scaling))
+    want = posenc_np.apply_rope(x.astype(np.float64), positions, base=1e6, scaling=scaling)
+    assert np.abs(got - want).max() < 1e-5  # float32 angles at positions ~100: ~1e-5 rad
+    assert np.array_equal(got[..., 4:16], x[..., 4:16])  # pairs past int(0.25 * 32 // 2) = 4 are not rotated
+
+
 def test_torchtune_passes_as_float32_except_negative_positions():
     records = run_builtin("torchtune", dtypes=("float32", "bfloat16"))
     counts, failing = verdicts(records)
