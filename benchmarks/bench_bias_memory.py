@@ -44,7 +44,6 @@ def _child(path, n, heads, dim):
 
     import torch
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import posenc_torch
     from posenc_torch.attention import alibi_score_mod, flex_attention, sdpa_attention, t5_score_mod
 

@@ -155,7 +155,7 @@ def main():
     args = parser.parse_args()
     print(f"seq {args.seq}, best of {args.reps}, {os.cpu_count()} CPU cores (shared)")
     for title, rows in (("JAX, q [1, 8, seq, 128] float32", bench_jax(args.seq, args.reps)),
-                        (f"PyTorch, one of 4 ranks, q [1, 8, seq/4, 128] float32, 1 thread",
+                        ("PyTorch, one of 4 ranks, q [1, 8, seq/4, 128] float32, 1 thread",
                          bench_torch(args.seq, args.reps))):
         print(f"\n{title}\n| path | ms |\n|---|---|")
         for name, seconds in rows:

@@ -26,11 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SHAPES = ([1, 32, 8192, 128], [8, 32, 2048, 128])
 SMALL = ([1, 4, 512, 64], [2, 4, 256, 64])

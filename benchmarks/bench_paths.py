@@ -19,7 +19,7 @@ every path and its reference move the same tensors:
   xPos                 `apply_xpos(q, p, kind="query")`, `apply_xpos(k, p, kind="key")` vs interleaved
                        `apply_rope` (xPos's layout)
 
-Timing as benchmarks/bench_rope.py: round robin over the paths of one backend and mode, best of
+Timing as benchmarks/bench_rope.py (the shared `benchmarks/_timing.py`): round robin over the paths of one backend and mode, best of
 `--reps`; compile time excluded. JAX/TF outputs stay on the device (blocked on).
 """
 
@@ -28,16 +28,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import sys
-import time
 from pathlib import Path
+
+import numpy as np
+from _timing import timed_group, write_between_markers
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
 
 DOC = ROOT / "docs" / "performance.md"
 MODES = ("torch-eager", "torch-jit", "tf-jit", "jax-jit")
@@ -163,23 +161,6 @@ def backend_paths(mode, data):
     return paths, layers
 
 
-def timed_group(paths, reps, warmup=2):
-    for name, fn in list(paths.items()):
-        try:
-            for _ in range(warmup):
-                fn()
-        except Exception as error:  # a path a backend lacks (or an engineer is mid-way through) is reported, not fatal
-            print(f"  {name}: not run ({type(error).__name__}: {str(error).splitlines()[0][:160]})", flush=True)
-            del paths[name]
-    best = {name: float("inf") for name in paths}
-    for _ in range(reps):
-        for name, fn in paths.items():
-            start = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
-
-
 def run(shape, dtype, reps, modes):
     data = inputs(shape, dtype)
     results = {}
@@ -189,7 +170,7 @@ def run(shape, dtype, reps, modes):
         except ImportError as error:
             print(f"skipping {mode}: {error}", file=sys.stderr)
             continue
-        times = timed_group(paths, reps)
+        times = timed_group(paths, reps, skip_failing=True)  # a path a backend lacks is reported, not fatal
         if "schedule" in times:
             times["schedule"] /= layers
         for name, seconds in times.items():
@@ -223,16 +204,6 @@ def markdown(shape, dtype, reps, results):
     return "\n".join(lines) + "\n"
 
 
-def write(text):
-    doc = DOC.read_text()
-    begin, end = "<!-- bench_paths:begin -->\n", "<!-- bench_paths:end -->\n"
-    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    if not pattern.search(doc):
-        raise SystemExit(f"{DOC} lacks the {begin.strip()} / {end.strip()} markers")
-    DOC.write_text(pattern.sub(lambda _: begin + text + end, doc))
-    print(f"wrote {DOC}")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", type=int, nargs=4, default=[4, 16, 2048, 128])
@@ -252,7 +223,7 @@ def main(argv=None):
     for mode, path, reference, ratio, met in rows(results):
         print(f"{'within' if met else 'OVER  '} {mode:12s} {path:9s} {ratio:.2f}x {reference}")
     if args.write:
-        write(text)
+        write_between_markers(DOC, "bench_paths", text)
     return 1 if missed else 0
 
 

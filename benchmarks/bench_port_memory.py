@@ -31,13 +31,10 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 MIB = 1 << 20
 
 _CHILD = r"""
 import json, resource, sys, time
-sys.path.insert(0, {root!r})
 from posenc import cli
 from posenc.formats import open_reader
 argv = json.loads(sys.argv[1])
@@ -58,7 +55,7 @@ def _generate(path, shapes, seed=0):
     Linux keeps a process's ru_maxrss across fork + exec, so the measuring children must be started
     by a parent that never held much memory: the generation runs in its own child.
     """
-    code = (f"import sys, json, numpy as np; sys.path.insert(0, {ROOT!r})\n"
+    code = ("import sys, json, numpy as np\n"
             "from posenc.formats import write_checkpoint\n"
             "shapes = json.loads(sys.argv[2])\n"
             "def thunk(shape, i):\n"
@@ -70,7 +67,7 @@ def _generate(path, shapes, seed=0):
 
 def _generate_sharded(directory, shapes, config, max_shard_size=250 * 10**6, seed=0):
     """An HF checkpoint directory: shards + index (posenc.formats.shards.write_shards) and config.json."""
-    code = (f"import sys, json, numpy as np; sys.path.insert(0, {ROOT!r})\n"
+    code = ("import sys, json, numpy as np\n"
             "from posenc.formats.shards import write_shards\n"
             "shapes = json.loads(sys.argv[2])\n"
             "def thunk(shape, i):\n"
@@ -149,7 +146,7 @@ def _child(argv):
     # Linux carries ru_maxrss over fork + exec (the forked copy of the parent counts), so a child started
     # from a large process (pytest with three frameworks loaded) would report the parent's size. A shell
     # in between forks the measured process from a small one; `; exit $?` stops it from exec'ing directly.
-    command = [sys.executable, "-c", _CHILD.format(root=ROOT), json.dumps(argv)]
+    command = [sys.executable, "-c", _CHILD.format(), json.dumps(argv)]
     out = subprocess.run(["/bin/sh", "-c", '"$@"; exit $?', "sh", *command], capture_output=True, text=True,
                          check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]

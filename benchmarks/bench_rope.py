@@ -44,11 +44,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+from _timing import timed_group, write_between_markers
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
 
 DOC = ROOT / "docs" / "performance.md"
 DECODE_OFFSETS = {"inside the table": 1000, "beyond the table": 5000}
@@ -56,20 +56,6 @@ DECODE_BATCHES = (1, 32)
 COPY, CLONE, HF = ("copy_ of q, k into existing buffers", "clone of q, k (allocating)", "hf apply_rotary_pos_emb, eager")
 TORCH_EAGER, TORCH_JIT = "posenc_torch apply_rope, eager", "posenc_torch apply_rope, torch.compile"
 OUT_EAGER, OUT_JIT = "posenc_torch apply_rope(out=), eager", "posenc_torch apply_rope(out=), torch.compile"
-
-
-def timed_group(paths, reps, warmup=2):
-    """Best time of each path over `reps` round-robin rounds (after `warmup` calls each, which compile)."""
-    for fn in paths.values():
-        for _ in range(warmup):
-            fn()
-    best = {label: float("inf") for label in paths}
-    for _ in range(reps):
-        for label, fn in paths.items():
-            start = time.perf_counter()
-            fn()
-            best[label] = min(best[label], time.perf_counter() - start)
-    return best
 
 
 def _compile(f):
@@ -391,17 +377,6 @@ def markdown(shape, reps, tables, decode, compiles, targets):
     return "\n".join(lines) + "\n"
 
 
-def write(text):
-    """Replace the generated part of docs/performance.md's RoPE section (between its markers)."""
-    doc = DOC.read_text()
-    begin, end = "<!-- bench_rope:begin -->\n", "<!-- bench_rope:end -->\n"
-    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    if not pattern.search(doc):
-        raise SystemExit(f"{DOC} lacks the {begin.strip()} / {end.strip()} markers")
-    DOC.write_text(pattern.sub(lambda _: begin + text + end, doc))
-    print(f"wrote {DOC}")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", type=int, nargs=4, default=[4, 16, 2048, 128])
@@ -419,7 +394,7 @@ def main(argv=None):
     for name, value, met in targets.rows:
         print(f"{'met   ' if met else 'MISSED'} {name}: {value}")
     if args.write:
-        write(text)
+        write_between_markers(DOC, "bench_rope", text)
     if targets.missed:
         print(f"{len(targets.missed)} of {len(targets.rows)} targets missed", file=sys.stderr)
         return 1

@@ -16,16 +16,13 @@ import argparse
 import math
 import os
 import platform
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from posenc_np.rope import rope_plan  # noqa: E402
-from posenc_np.testing import rope_angle_error  # noqa: E402
-from posenc.adapters import adapter  # noqa: E402
+from posenc.adapters import adapter
+from posenc_np.rope import rope_plan
+from posenc_np.testing import rope_angle_error
 
 STARTS = (10_000, 100_000, 1_000_000, 16_000_000)
 ROTARY_DIM = 128

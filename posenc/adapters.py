@@ -1,8 +1,15 @@
-"""One small adapter per framework: import, to/from NumPy, dtypes, jit, vjp.
+"""One small adapter per framework: import, to/from NumPy, dtypes, jit, vjp, modules and their weights.
 
-The only module of the application that names a framework: `posenc check`, `port`, `plot` and the
-tests reach a backend through `adapter(name)`, so a new framework is one class here (and its name in
-`BACKENDS`). A framework is imported only when its adapter is used.
+The rule: the application reaches a framework through `adapter(name)` (`posenc check`, `port`, `plot`
+and the tests alike: arrays, compilation, gradients, constructing a backend's module, reading and writing
+its weights), so a new framework is one `Adapter` subclass here and its name in `BACKENDS`. A framework
+is imported only when its adapter is used.
+
+The exceptions are code that is framework code by nature, listed with the reason in `FRAMEWORK_CODE`: a
+PyTorch training program, the distributed runtimes, checkpoint formats a framework writes, the ONNX
+graphs, third-party implementations and two port checks. No other module of `posenc` imports a
+framework (`FRAMEWORKS`: the array frameworks, their compilers and runtimes, and the backend packages);
+tests/test_layering.py enforces it, lazy and string imports included.
 
 `BACKENDS` (the framework backends) is defined here once; the other axes of `posenc check` are the
 dtypes `posenc_np._dtypes.BACKEND_DTYPES` and the modes `posenc.check.registry.MODES` ("eager", "jit":
@@ -10,7 +17,6 @@ dtypes `posenc_np._dtypes.BACKEND_DTYPES` and the modes `posenc.check.registry.M
 `torch.compile(fullgraph=True)` on the backend passed as `compile_backend=`, by default
 `DEFAULT_TORCH_COMPILE_BACKEND`.
 """
-
 from __future__ import annotations
 
 import importlib
@@ -23,7 +29,8 @@ from posenc_np._dtypes import dtype_name, numpy_dtype
 from posenc_np._freeze import freeze as _freeze
 
 __all__ = ["Adapter", "ADAPTERS", "NotSupported", "CHECK_BACKENDS", "adapter", "adapter_for", "BACKENDS", "SPEC",
-           "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable"]
+           "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable", "FRAMEWORKS",
+           "FRAMEWORK_CODE"]
 
 #: The adapter of the float64 spec (posenc_np): what every backend is compared with.
 SPEC = "numpy"
@@ -37,6 +44,26 @@ CHECK_BACKENDS = (*BACKENDS, "onnx")
 #: generation (~2-20 s per graph on a 2-core CPU); see docs/tolerances.md.
 TORCH_COMPILE_BACKENDS = ("aot_eager", "inductor")
 DEFAULT_TORCH_COMPILE_BACKEND = "aot_eager"
+
+
+#: What "a framework" means for the rule above: the top-level modules of the array frameworks, their
+#: compilers and runtimes, and posenc's backend packages (each binds one).
+FRAMEWORKS = ("torch", "triton", "tensorflow", "keras", "tf_keras", "jax", "jaxlib", "flax", "mlx", "onnx",
+              "onnxruntime", "posenc_torch", "posenc_tf", "posenc_jax", "posenc_mlx")
+#: The modules of `posenc` besides this one that import a framework (a path ending in "/": every module
+#: under it), and why.
+FRAMEWORK_CODE = {
+    "posenc/experiment/": "a PyTorch program: trains small LMs with posenc_torch's modules",
+    "posenc/check/distributed/jax_runtime.py": "a JAX distributed runtime: Mesh, NamedSharding, shard_map",
+    "posenc/check/distributed/torch_runtime.py": "a PyTorch distributed runtime: torch.distributed (gloo), DTensor",
+    "posenc/formats/pt.py": "PyTorch checkpoints are read with torch.load and written with torch.save",
+    "posenc/formats/msgpack.py": "Flax checkpoints are flax.serialization msgpack",
+    "posenc/onnx/graphs.py": "builds ONNX graphs (onnx.helper) and runs them on ONNX Runtime",
+    "posenc/impl/builtin/": "third-party implementations `posenc check --impl` runs in their own framework",
+    "posenc/port/presets/bert.py": "builds the Keras BERT embeddings model whose load_weights proves the "
+                                   ".weights.h5 layout a port writes",
+    "posenc/port/presets/gguf_runtime.py": "runs transformers' torch model on a GGUF's weights to verify a port",
+}
 
 
 class BackendUnavailable(ImportError):
@@ -95,6 +122,10 @@ class Adapter:
         """
         raise NotImplementedError
 
+    def reshape(self, tensor, shape):
+        """`tensor` (this framework's array) reshaped to `shape`."""
+        return tensor.reshape(shape)
+
     def vjp(self, fn, primal, cotangent):
         """The gradient of `sum(fn(primal) * cotangent)` with respect to `primal`, as this framework's array.
 
@@ -103,12 +134,54 @@ class Adapter:
         """
         raise NotImplementedError
 
+    def jit_errors(self, *errors) -> tuple:
+        """The exception classes a jit-compiled call raises for `errors` raised while it is traced."""
+        return errors
+
+    def jit_counting_traces(self, fn, *, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
+        """`(compiled fn, traces)`: `jit(fn)` and a function returning how often it has been traced (compiled)
+        since. A Python side effect inside the traced function runs once per trace."""
+        count = []
+
+        def counted(*args):
+            count.append(1)
+            return fn(*args)
+
+        return self.jit(counted, compile_backend=compile_backend), lambda: len(count)
+
+    def swapaxes(self, tensor, a: int, b: int):
+        """`tensor` with axes `a` and `b` exchanged, as the framework's transposed view where it has one."""
+        return tensor.swapaxes(a, b)
+
+    # modules and their weights -------------------------------------------------------------------
+    def make_module(self, cls, *args, **kwargs):
+        """An instance of the module class `cls` (or the package's class of that name) from `args`/`kwargs`;
+        an adapter adds what its framework's modules need besides (Flax NNX: `rngs`)."""
+        cls = getattr(self.module, cls) if isinstance(cls, str) else cls
+        return cls(*args, **kwargs)
+
+    def weight(self, variable) -> np.ndarray:
+        """A module's weight (a parameter or variable of the framework) as a NumPy array of its dtype."""
+        return self.to_numpy(variable)
+
+    def set_weight(self, variable, value: np.ndarray) -> None:
+        """Overwrite a module's weight in place with `value` (same shape), outside any gradient tape."""
+        variable[...] = self.from_numpy(value)
+
     def layer_norm(self, x, scale, bias, *, eps: float):
         """LayerNorm over the last axis, `(x - mean) / sqrt(var + eps) * scale + bias`, in this framework's ops
         (`x`, `scale`, `bias` this framework's arrays; the biased variance, as torch's `layer_norm`)."""
         mean = x.mean(-1, keepdims=True)
         var = ((x - mean) ** 2).mean(-1, keepdims=True)
         return (x - mean) / (var + eps) ** 0.5 * scale + bias
+
+    def linear(self, layer) -> tuple:
+        """`(weight [out, in], bias)` of a module's dense layer as NumPy float64, in torch's orientation:
+        torch and MLX store `weight [out, in]`, Keras `Dense` and NNX `Linear` store `kernel [in, out]`."""
+        bias = np.asarray(self.weight(layer.bias), np.float64)
+        if hasattr(layer, "kernel"):
+            return np.asarray(self.weight(layer.kernel), np.float64).T, bias
+        return np.asarray(self.weight(layer.weight), np.float64), bias
 
     def call(self, fn, args: tuple, kwargs: dict, *, mode: str = "eager", cache: dict | None = None,
              key=None, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
@@ -227,10 +300,35 @@ class TorchAdapter(Adapter):
         out, pullback = torch.func.vjp(fn, primal)
         return pullback(cotangent.to(out.dtype))[0]
 
+    def jit_errors(self, *errors):
+        import torch
+
+        # torch.compile(fullgraph=True) reports an error raised while tracing wrapped in Dynamo's Unsupported
+        return (*errors, torch._dynamo.exc.Unsupported)
+
+    def jit_counting_traces(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
+        import torch._dynamo
+
+        # Dynamo replays a Python side effect on every call: count the graphs it compiles instead. The
+        # counter is process-wide and reset() leaves it alone, so count from here.
+        torch._dynamo.reset()
+        before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        return (self.jit(fn, compile_backend=compile_backend),
+                lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"] - before)
+
+    def swapaxes(self, tensor, a, b):
+        return tensor.transpose(a, b)  # a non-contiguous view
+
     def layer_norm(self, x, scale, bias, *, eps):
         import torch.nn.functional as F
 
         return F.layer_norm(x, (x.shape[-1],), scale, bias, eps=eps)
+
+    def set_weight(self, variable, value):
+        import torch
+
+        with torch.no_grad():
+            variable.copy_(torch.from_numpy(value))
 
 
 class TFAdapter(Adapter):
@@ -262,6 +360,30 @@ class TFAdapter(Adapter):
         tf.get_logger().setLevel("ERROR")  # one tf.function per case is the design, not a retracing bug
         return tf.function(fn, jit_compile=True, reduce_retracing=False)
 
+    def reshape(self, tensor, shape):
+        import tensorflow as tf
+
+        return tf.reshape(tensor, shape)
+
+    def swapaxes(self, tensor, a, b):
+        import tensorflow as tf
+
+        perm = list(range(len(tensor.shape)))
+        perm[a], perm[b] = perm[b], perm[a]
+        return tf.transpose(tensor, perm)
+
+    def weight(self, variable):
+        return self.to_numpy(variable.value if hasattr(variable, "value") else variable)  # a Keras Variable
+
+    def set_weight(self, variable, value):
+        variable.assign(value)
+
+    def layer_norm(self, x, scale, bias, *, eps):
+        import tensorflow as tf
+
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return (x - mean) / tf.sqrt(var + eps) * scale + bias
+
     def vjp(self, fn, primal, cotangent):
         import tensorflow as tf
 
@@ -269,12 +391,6 @@ class TFAdapter(Adapter):
             tape.watch(primal)
             out = fn(primal)
         return tf.convert_to_tensor(tape.gradient(out, primal, output_gradients=tf.cast(cotangent, out.dtype)))
-
-    def layer_norm(self, x, scale, bias, *, eps):
-        import tensorflow as tf
-
-        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
-        return (x - mean) / tf.sqrt(var + eps) * scale + bias
 
 
 class JaxAdapter(Adapter):
@@ -311,6 +427,19 @@ class JaxAdapter(Adapter):
 
         out, pullback = jax.vjp(fn, primal)
         return pullback(cotangent.astype(out.dtype))[0]
+
+    def make_module(self, cls, *args, **kwargs):
+        import inspect
+
+        from flax import nnx
+
+        cls = getattr(self.module, cls) if isinstance(cls, str) else cls
+        if inspect.isclass(cls) and "rngs" in inspect.signature(cls.__init__).parameters:
+            kwargs.setdefault("rngs", nnx.Rngs(0))  # NNX modules create their parameters eagerly
+        return cls(*args, **kwargs)
+
+    def weight(self, variable):
+        return self.to_numpy(variable[...])  # an NNX Param's value
 
 
 class MlxAdapter(Adapter):
@@ -353,6 +482,14 @@ class MlxAdapter(Adapter):
         import mlx.core as mx
 
         return mx.compile(fn)
+
+    def jit_counting_traces(self, fn, *, compile_backend=DEFAULT_TORCH_COMPILE_BACKEND):
+        import mlx.core as mx
+
+        # mlx 0.32.4 traces a process's first compiled function twice (on its first two calls) when nothing
+        # was evaluated before it (measured); one evaluation first makes the count the compiler's own
+        mx.eval(mx.array(0) + 1)
+        return super().jit_counting_traces(fn, compile_backend=compile_backend)
 
     def vjp(self, fn, primal, cotangent):
         import mlx.core as mx

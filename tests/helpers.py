@@ -11,7 +11,7 @@ import numpy as np
 
 from posenc_np.testing import Tolerance, compare, tolerance
 
-__all__ = ["EXACT", "assert_close", "keras_round_trip", "keras_bias_round_trip", "make_module", "table_of"]
+__all__ = ["EXACT", "assert_close", "keras_round_trip", "keras_bias_round_trip", "fire_layers"]
 
 #: Bit-exact comparison (gathers, integer buckets).
 EXACT = tolerance("float32", exact=True)
@@ -45,21 +45,7 @@ def keras_bias_round_trip(layer, seq_len, path):
     return np.asarray(model(x)), np.asarray(loaded(x)), loaded.layers[-1]
 
 
-def make_module(backend, name, *args, **kwargs):
-    """Construct `backend.module.<name>(*args, **kwargs)`; Flax NNX modules also take `rngs=nnx.Rngs(0)`."""
-    cls = getattr(backend.module, name)
-    if backend.name == "jax":
-        from flax import nnx
-
-        kwargs.setdefault("rngs", nnx.Rngs(0))
-    return cls(*args, **kwargs)
-
-
-def table_of(backend, module) -> np.ndarray:
-    """A bias module's trainable `table` as NumPy (torch Parameter, Keras Variable, NNX Param)."""
-    table = module.table
-    if backend.name == "jax":
-        table = table[...]
-    elif backend.name == "tf":
-        table = table.value
-    return backend.to_numpy(table)
+def fire_layers(module):
+    """FIREBias's two dense layers: torch's is an `nn.Sequential` `mlp` (Linear, ReLU, Linear) like the
+    paper's code, the other frameworks name them `mlp_in` and `mlp_out`."""
+    return (module.mlp[0], module.mlp[2]) if hasattr(module, "mlp") else (module.mlp_in, module.mlp_out)

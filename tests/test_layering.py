@@ -331,3 +331,49 @@ def test_the_cycle_and_private_name_checks_catch_a_planted_case(tmp_path, monkey
     assert import_cycles(graph) == [["posenc.c", "posenc.sub.a", "posenc.sub.b"]]
     assert graph["posenc.c"] == {"posenc.sub.a": 1} and graph["posenc.d"] == {"posenc.sub.b": 1}
     assert private_imports("posenc") == ["posenc/sub/b.py:2: from posenc.c import _helper"]
+
+
+# ---------------------------------------------------------------- frameworks in the application
+
+def framework_violations(frameworks, allowed, package="posenc") -> tuple[list[str], list[str]]:
+    """`(imports, unused)`: `file:line: imports NAME` for each import of one of `frameworks` in `package`
+    outside the `allowed` paths (a path ending in "/" allows everything under it), and the allowed paths
+    that import no framework (a stale entry)."""
+    found, used = [], set()
+    for path in sorted((ROOT / package).rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        entry = next((a for a in allowed if relative == a or (a.endswith("/") and relative.startswith(a))), None)
+        for line, name in imports(path):
+            if name.split(".")[0] not in frameworks:
+                continue
+            if entry is None:
+                found.append(f"{relative}:{line}: imports {name}")
+            else:
+                used.add(entry)
+    return found, sorted(set(allowed) - used)
+
+
+def test_only_the_adapters_and_the_listed_framework_code_import_a_framework():
+    """The rule of posenc/adapters.py: outside `adapters.py` and its `FRAMEWORK_CODE`, no module of the
+    application imports a framework (lazily or by string included); every listed path does import one."""
+    from posenc.adapters import FRAMEWORK_CODE, FRAMEWORKS
+
+    found, unused = framework_violations(set(FRAMEWORKS), ["posenc/adapters.py", *FRAMEWORK_CODE])
+    assert not found, ("framework code outside posenc/adapters.py and FRAMEWORK_CODE (go through an Adapter "
+                       "method, or list the module with its reason):\n" + "\n".join(found))
+    assert not unused, f"FRAMEWORK_CODE entries that import no framework (remove them): {unused}"
+
+
+def test_the_framework_check_catches_a_planted_import(tmp_path, monkeypatch):
+    """A lazy and a string import of a framework outside the allowed paths are caught; one inside an allowed
+    package is not; an allowed path without a framework import is reported stale."""
+    package = tmp_path / "posenc"
+    (package / "train").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "plot.py").write_text("def f():\n    import torch.nn\n    return __import__('jax')\n")
+    (package / "train" / "loop.py").write_text("import torch\n")
+    (package / "io.py").write_text("import numpy\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    found, unused = framework_violations({"torch", "jax"}, ["posenc/train/", "posenc/io.py"])
+    assert found == ["posenc/plot.py:2: imports torch.nn", "posenc/plot.py:3: imports jax"]
+    assert unused == ["posenc/io.py"]

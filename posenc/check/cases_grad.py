@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from posenc_np.testing import tolerance
-from .gradients import table_gradient
+
+from ..adapters import adapter_for
 from .registry import Case, register
 
 Q_POS = np.arange(20, 26)
@@ -43,14 +44,14 @@ def _register(encoding, convention, shape, forward, arrays, fwd_kwargs):
 
     def grad(module, table, *rest):
         *arrays_, cotangent = rest
-        return table_gradient(module, forward, table, *arrays_, cotangent=cotangent, **fwd_kwargs)
+        return adapter_for(module).vjp(lambda t: forward(module, t, *arrays_, **fwd_kwargs), table, cotangent)
 
     def tol(desired, dtype, args):
         # each gradient cell is a float32 sum of the cotangents gathered into it, so its rounding error
         # scales with the largest sum of their magnitudes: the spec's gradient for |cotangent|
         table, *arrays_, cotangent = args
-        magnitude = table_gradient(posenc_np, forward, table.astype(np.float64), *arrays_,
-                                   cotangent=np.abs(cotangent.astype(np.float64)), **fwd_kwargs)
+        magnitude = adapter_for(posenc_np).vjp(lambda t: forward(posenc_np, t, *arrays_, **fwd_kwargs),
+                                               table.astype(np.float64), np.abs(cotangent.astype(np.float64)))
         return tolerance(dtype, scale=float(magnitude.max()))
 
     register(Case(encoding, convention, "grad", make, tol, fn=grad, dtypes=("float32",),

@@ -16,7 +16,8 @@ from posenc_np.fire import fire_bias
 from posenc_np.kerple import sandwich_head_scale
 from posenc_np.sinusoidal import sinusoidal
 from posenc_np.testing import Tolerance, tolerance
-from .gradients import table_gradient
+
+from ..adapters import adapter_for
 from .registry import Case, register
 
 EAGER = ("eager",)
@@ -213,19 +214,13 @@ register(Case("build_relative_position", "deberta-v3", "kv-offset",
 
 # --- gradients of the trainable parameters ------------------------------------------------------------
 
-def _reshape(x, shape):
-    if hasattr(x, "reshape"):
-        return x.reshape(shape)
-    import tensorflow as tf
-
-    return tf.reshape(x, shape)
-
-
-def _unpack(theta, shapes):
+def _unpack(m, theta, shapes):
+    """The parameters of the flat `theta`, in `m`'s (a posenc package's) array type."""
+    reshape = adapter_for(m).reshape
     out, start = [], 0
     for shape in shapes:
         size = math.prod(shape)  # not np.prod: Dynamo would trace it as a tensor op
-        out.append(_reshape(theta[start:start + size], shape))
+        out.append(reshape(theta[start:start + size], shape))
         start += size
     return out
 
@@ -258,15 +253,14 @@ def _grad_case(encoding, convention, make_parts, call, slack=32.0):
         return (theta, *arrays, cotangent), {"shapes": shapes}
 
     def forward(m, theta, *arrays, shapes=None):
-        return call(m, *_unpack(theta, shapes), *arrays)
+        return call(m, *_unpack(m, theta, shapes), *arrays)
 
     def grad(m, theta, *rest, shapes):
         *arrays, cotangent = rest
         if m.__name__ == "posenc_np":
             return _spec_gradient(lambda mod, t, *a: np.asarray(forward(mod, t, *a, shapes=shapes), np.float64),
                                   theta, arrays, cotangent)
-        return table_gradient(m, lambda mod, t, *a: forward(mod, t, *a, shapes=shapes), theta, *arrays,
-                              cotangent=cotangent)
+        return adapter_for(m).vjp(lambda t: forward(m, t, *arrays, shapes=shapes), theta, cotangent)
 
     def tol(desired, dtype, args):
         # a float32 gradient is a sum over the output of cotangent x local derivative, each a few float32 ops:

@@ -90,15 +90,6 @@ class Case:
     def id(self) -> str:
         return f"{self.family}/{self.convention}/{self.case_set}"
 
-    # Transitional, for runner.py until it reads `case_set` and calls `tol(desired, dtype, args)` always.
-    @property
-    def case(self) -> str:
-        return self.case_set
-
-    @property
-    def tol_needs_inputs(self) -> bool:
-        return True
-
 
 _CASES: list[Case] = []
 

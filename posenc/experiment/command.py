@@ -51,7 +51,8 @@ def _experiment_argv(args) -> list:
     return out
 
 
-def cmd_experiment(args) -> int:
+def _encodings(args) -> list:
+    """The variants to run: `--encodings`, each with the `--random-crop` / `--progressive` suffixes."""
     encodings = parse_choices(args.encodings, config.VARIANTS, "--encodings", default=list(config.BASELINE))
     suffix = "".join(s for s, flag in (("+crop", args.random_crop), ("+prog", args.progressive)) if flag)
     if suffix:
@@ -59,7 +60,11 @@ def cmd_experiment(args) -> int:
             raise UsageError("--random-crop/--progressive train new models; rope-pi/ntk/yarn evaluate the rope "
                              "model: select rope instead")
         encodings = list(dict.fromkeys(config.split_variant(n)[0] + suffix for n in encodings))
-    seeds = _ints(args.seeds, "--seeds", minimum=0) if args.seeds else None
+    return encodings
+
+
+def _check_outputs(args) -> None:
+    """Every output path writable (and matplotlib importable for --plot) before anything trains."""
     for path in (args.json, args.markdown):
         if path:
             check_output(path, what="report")
@@ -68,12 +73,16 @@ def cmd_experiment(args) -> int:
         require_matplotlib()
     if args.save_weights and not os.path.isdir(args.save_weights):
         raise UsageError(f"--save-weights {args.save_weights!r} is not a directory")
+
+
+def _config(args, encodings) -> config.Config:
+    """`--quick`'s or the default sizes with the options given, each checked."""
     base = config.QUICK if args.quick else config.DEFAULT
     factors = _ints(args.eval_factors, "--eval-factors") if args.eval_factors else None
-    cfg = config.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch, d_model=args.d_model,
-                            d_ff=args.d_ff, layers=args.layers, heads=args.heads, lr=args.lr, seed=args.seed,
-                            eval_tokens=args.eval_tokens, eval_factors=factors, stack=args.stack,
-                            stack_bias=args.stack_bias)
+    cfg = config.with_overrides(base, train_len=args.train_len, steps=args.steps, batch=args.batch,
+                                d_model=args.d_model, d_ff=args.d_ff, layers=args.layers, heads=args.heads, lr=args.lr,
+                                seed=args.seed, eval_tokens=args.eval_tokens, eval_factors=factors, stack=args.stack,
+                                stack_bias=args.stack_bias)
     for name in ("train_len", "steps", "batch", "d_model", "d_ff", "layers", "heads", "eval_tokens"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}={getattr(cfg, name)} must be >= 1")
@@ -81,22 +90,10 @@ def cmd_experiment(args) -> int:
         raise UsageError(f"--d-model={cfg.d_model} must split into --heads={cfg.heads} heads of even size")
     if any(config.split_variant(n)[0] == "hybrid" for n in encodings):
         config.parse_stack(cfg.stack, cfg.layers)  # a bad --stack exits 2 before anything trains
-    corpus = load_corpus(args.corpus)
+    return cfg
 
-    import torch
 
-    from .run import run_experiment
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device={args.device!r}: CUDA is not available")
-    torch.set_num_threads(args.threads or default_threads())
-    log = (lambda *a, **k: None) if args.quiet else (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True))
-    log(f"corpus {corpus.describe()}")
-    log(f"config {cfg}; {torch.get_num_threads()} torch thread(s) on {args.device}")
-    started = time.perf_counter()
-    report = run_experiment(cfg, corpus, encodings=encodings, device=args.device, progress=not args.quiet,
-                               save_weights=args.save_weights, log=log, seeds=seeds)
-    report["seconds"] = time.perf_counter() - started
+def _write_reports(report, args) -> None:
     argv = _experiment_argv(args)
     command = shlex.join(["posenc", "experiment", *argv])
     print(terminal_table(report))
@@ -105,12 +102,31 @@ def cmd_experiment(args) -> int:
         write_atomic(args.json, json_text(report, argv), what="report")
     if args.markdown:
         write_atomic(args.markdown, f"Made by `{command}` ({report['seconds']:.0f} s, {report['threads']} "
-                                  f"thread(s), torch {report['torch']}, {report['device']}).\n\n"
+                                    f"thread(s), torch {report['torch']}, {report['device']}).\n\n"
                                     + markdown_table(report), what="report")
     if args.plot:
         save_figure(plot_perplexity(report, new_figure(7, 4.5)), args.plot)
-    losses_ok = all(r["loss_last"] < r["loss_first"] for r in report["rows"])
-    if not losses_ok:
+
+
+def cmd_experiment(args) -> int:
+    encodings = _encodings(args)
+    seeds = _ints(args.seeds, "--seeds", minimum=0) if args.seeds else None
+    _check_outputs(args)
+    cfg = _config(args, encodings)
+    corpus = load_corpus(args.corpus)
+
+    from .run import run_experiment, use_device  # torch is imported here, once the options are checked
+
+    threads = use_device(args.device, args.threads or default_threads())
+    log = (lambda *a, **k: None) if args.quiet else (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True))
+    log(f"corpus {corpus.describe()}")
+    log(f"config {cfg}; {threads} torch thread(s) on {args.device}")
+    started = time.perf_counter()
+    report = run_experiment(cfg, corpus, encodings=encodings, device=args.device, progress=not args.quiet,
+                            save_weights=args.save_weights, log=log, seeds=seeds)
+    report["seconds"] = time.perf_counter() - started
+    _write_reports(report, args)
+    if not all(r["loss_last"] < r["loss_first"] for r in report["rows"]):
         print("warning: the training loss did not fall for every encoding", file=sys.stderr)
     return 0
 

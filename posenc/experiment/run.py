@@ -27,7 +27,7 @@ from .memory import PeakMemory
 from .models import TinyLM, learned_module
 from .train import evaluate, train
 
-__all__ = ["run_experiment", "NOTES", "TRICK_NOTES"]
+__all__ = ["run_experiment", "use_device", "NOTES", "TRICK_NOTES"]
 
 
 def _rope_scaling(variant: str, factor: int, train_len: int):
@@ -90,6 +90,68 @@ def _hybrid_note(cfg: Config) -> str:
             f"first layer; {bias} in every layer")
 
 
+def use_device(device: str, threads: int) -> int:
+    """Check that `device` ("cpu", "cuda", "cuda:N") is there and give torch `threads` CPU threads; returns
+    the thread count torch then reports."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device={device!r}: CUDA is not available")
+    torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def _model_groups(encodings) -> dict:
+    """{model key: the variants evaluated on that model}: rope-pi/ntk/yarn share the rope model, and a
+    variant with tricks ("learned+crop") is its own model."""
+    groups = {}
+    for name in encodings:
+        base, tricks = split_variant(name)
+        model_name = "rope" if base in ROPE_SCALING else base
+        suffix = "".join(s for s, key in TRICKS.items() if tricks[key])
+        groups.setdefault(model_name + suffix, []).append(name)
+    return groups
+
+
+def _train_and_evaluate(key, variants, cfg, corpus, *, seed, label, device, progress, save_weights):
+    """One model of `key` trained with `seed`: its size, time, memory, losses and evaluated variants."""
+    encoding, tricks = split_variant(key)
+    run_cfg = replace(cfg, seed=seed)
+    torch.manual_seed(seed)
+    model = TinyLM(encoding, run_cfg, random_crop=tricks["random_crop"])
+    params = sum(p.numel() for p in model.parameters())
+    with PeakMemory(device) as memory:
+        losses, seconds = train(model, corpus.train, run_cfg, device=device, label=label, progress=progress,
+                                **tricks)
+    if save_weights:
+        _save_weights(model, key, save_weights)
+    return dict(params=params, seconds=seconds, memory=memory, losses=losses,
+                evaluated=_evaluate_variants(model, encoding, variants, corpus, run_cfg, device))
+
+
+def _row(variant, key, per_seed, cfg: Config, seeds) -> dict:
+    """The report row of `variant` (evaluated on the models of `key`, one per seed)."""
+    encoding, tricks = split_variant(key)
+    head = max(1, min(10, cfg.steps // 10))
+    first = per_seed[0]
+    values = {n: [s["evaluated"][variant][0][n] for s in per_seed] for n in cfg.eval_lengths}
+    note = first["evaluated"][variant][1]
+    if encoding == "hybrid":
+        note = _hybrid_note(cfg) + (f"; {note}" if note else "")
+    tricks_note = [TRICK_NOTES[k] for k in TRICK_NOTES if tricks[k]]
+    row = {"encoding": variant, "trained_as": key, "note": "; ".join([note, *tricks_note] if note else tricks_note),
+           "ppl": {n: float(np.mean(v)) for n, v in values.items()},
+           "seeds": seeds, "params": first["params"],
+           "tokens_per_s": float(np.mean([cfg.steps * cfg.batch * cfg.train_len / s["seconds"] for s in per_seed])),
+           "peak_mem_mib": first["memory"].mib, "peak_growth_mib": first["memory"].growth_mib,
+           "train_seconds": float(np.mean([s["seconds"] for s in per_seed])),
+           "loss_first": float(np.mean([np.mean(s["losses"][:head]) for s in per_seed])),
+           "loss_last": float(np.mean([np.mean(s["losses"][-head:]) for s in per_seed])),
+           "losses": first["losses"]}
+    if len(seeds) > 1:
+        row["ppl_std"] = {n: float(np.std(v, ddof=1)) for n, v in values.items()}
+        row["ppl_seeds"] = {n: [float(x) for x in v] for n, v in values.items()}
+    return row
+
+
 def run_experiment(cfg: Config, corpus, *, encodings=BASELINE, device="cpu", progress=True, save_weights=None,
                    log=print, seeds=None):
     """Train each needed model (once per seed), evaluate every requested variant; returns the JSON-ready report.
@@ -99,56 +161,18 @@ def run_experiment(cfg: Config, corpus, *, encodings=BASELINE, device="cpu", pro
     """
     _check_lengths(corpus, cfg)
     seeds = list(seeds) if seeds else [cfg.seed]
-    groups = {}
-    for name in encodings:
-        base, tricks = split_variant(name)
-        model_name = "rope" if base in ROPE_SCALING else base
-        suffix = "".join(s for s, key in TRICKS.items() if tricks[key])
-        groups.setdefault(model_name + suffix, []).append(name)
     rows = []
     memory_method = None
-    for key, variants in groups.items():
-        encoding, tricks = split_variant(key)
-        per_seed = []
-        for seed in seeds:
-            run_cfg = replace(cfg, seed=seed)
-            torch.manual_seed(seed)
-            model = TinyLM(encoding, run_cfg, random_crop=tricks["random_crop"])
-            params = sum(p.numel() for p in model.parameters())
-            label = key if len(seeds) == 1 else f"{key} s{seed}"
-            with PeakMemory(device) as memory:
-                losses, seconds = train(model, corpus.train, run_cfg, device=device, label=label, progress=progress,
-                                        **tricks)
-            memory_method = memory.method
-            if save_weights and seed == seeds[0]:
-                _save_weights(model, key, save_weights)
-            per_seed.append(dict(params=params, seconds=seconds, memory=memory, losses=losses,
-                                 evaluated=_evaluate_variants(model, encoding, variants, corpus, run_cfg, device)))
-        head = max(1, min(10, cfg.steps // 10))
-        first = per_seed[0]
+    for key, variants in _model_groups(encodings).items():
+        per_seed = [_train_and_evaluate(key, variants, cfg, corpus, seed=seed, device=device, progress=progress,
+                                        label=key if len(seeds) == 1 else f"{key} s{seed}",
+                                        save_weights=save_weights if seed == seeds[0] else None)
+                    for seed in seeds]
+        memory_method = per_seed[-1]["memory"].method
         for variant in variants:
-            values = {n: [s["evaluated"][variant][0][n] for s in per_seed] for n in cfg.eval_lengths}
-            note = first["evaluated"][variant][1]
-            if encoding == "hybrid":
-                note = _hybrid_note(cfg) + (f"; {note}" if note else "")
-            tricks_note = [TRICK_NOTES[k] for k in TRICK_NOTES if tricks[k]]
-            row = {"encoding": variant, "trained_as": key, "note": "; ".join([note, *tricks_note] if note
-                                                                            else tricks_note),
-                   "ppl": {n: float(np.mean(v)) for n, v in values.items()},
-                   "seeds": seeds, "params": first["params"],
-                   "tokens_per_s": float(np.mean([cfg.steps * cfg.batch * cfg.train_len / s["seconds"]
-                                                  for s in per_seed])),
-                   "peak_mem_mib": first["memory"].mib, "peak_growth_mib": first["memory"].growth_mib,
-                   "train_seconds": float(np.mean([s["seconds"] for s in per_seed])),
-                   "loss_first": float(np.mean([np.mean(s["losses"][:head]) for s in per_seed])),
-                   "loss_last": float(np.mean([np.mean(s["losses"][-head:]) for s in per_seed])),
-                   "losses": first["losses"]}
-            if len(seeds) > 1:
-                row["ppl_std"] = {n: float(np.std(v, ddof=1)) for n, v in values.items()}
-                row["ppl_seeds"] = {n: [float(x) for x in v] for n, v in values.items()}
-            rows.append(row)
-            shown = ", ".join(f"{k}: {v:.3f}" for k, v in row["ppl"].items())
-            log(f"  {row['encoding']:<11} ppl {shown}")
+            rows.append(_row(variant, key, per_seed, cfg, seeds))
+            shown = ", ".join(f"{k}: {v:.3f}" for k, v in rows[-1]["ppl"].items())
+            log(f"  {variant:<11} ppl {shown}")
     order = {name: i for i, name in enumerate(VARIANTS)}
     rows.sort(key=lambda r: order[r["encoding"]])
     return {"config": asdict(cfg), "eval_lengths": cfg.eval_lengths, "seeds": seeds, "corpus": corpus.describe(),

@@ -14,7 +14,8 @@ import zlib
 import numpy as np
 
 from posenc_np.conventions import conventions
-from posenc_np.rope import rope_plan
+from posenc_np.rope import load_hf_config, rope_plan
+from posenc_np.schedule import rope_schedule_from_hf_config
 
 from ..adapters import BackendUnavailable, adapter
 from ..canvas import new_figure, suptitle
@@ -397,9 +398,6 @@ def schedule_rows(config):
     """One row per decoder layer of a Hugging Face config (a dict, a transformers config or a config.json path):
     `(layer, base or None, scaling type or "NoPE", rotary_dim or 0, layout or "")`, from
     `posenc_np.rope_schedule_from_hf_config`; a config it cannot read is a UsageError naming why."""
-    from posenc_np.rope import _load_config
-    from posenc_np.schedule import rope_schedule_from_hf_config
-
     try:
         schedule = rope_schedule_from_hf_config(config)
     except (TypeError, ValueError) as error:
@@ -411,7 +409,7 @@ def schedule_rows(config):
         else:
             kind = (entry["scaling"] or {}).get("rope_type", "default")
             rows.append((i, entry["base"], kind, entry["rotary_dim"], entry["layout"]))
-    return rows, _load_config(config)
+    return rows, load_hf_config(config)
 
 
 def figure_schedule(*, config):

@@ -115,6 +115,7 @@ def test_absolute_and_bias_exports_match_spec_and_reference(name, argv, feeds, s
     (["t5"], ["--table"]),
     (["vaswani", "--dim", "8", "--scaling", "{}"], ["scaling"]),
     (["bloom-alibi"], ["--heads"]),
+    (["kerple-log"], ["'kerple-log'", "kerple_bias"]),
 ])
 def test_bad_input_exits_2_naming_it_and_writes_nothing(argv, words, tmp_path, capsys):
     out = tmp_path / "m.onnx"
@@ -214,8 +215,8 @@ def test_torch_modules_export_with_a_dynamic_length(torch_modules):
     for rope in (T.RotaryEmbedding(16), T.RotaryEmbedding(16, max_len=64)):  # spec table / own cache
         model = _torch_export(rope, (x, positions), ({2: seq}, {2: seq}))
         names = [i.name for i in model.graph.input]
-        _run_two_lengths(model, lambda n: {names[0]: _x((2, 2, n, 16)), names[1]: rows(n)[:, None, :] * 7},
-                         lambda f: posenc_np.apply_rope(f[names[0]].astype(np.float64), f[names[1]]))
+        _run_two_lengths(model, lambda n, names=names: {names[0]: _x((2, 2, n, 16)), names[1]: rows(n)[:, None, :] * 7},
+                         lambda f, names=names: posenc_np.apply_rope(f[names[0]].astype(np.float64), f[names[1]]))
 
     model = _torch_export(T.ALiBi(4, form="causal"), (torch.arange(8), torch.arange(8)), ({0: seq}, {0: keys}))
     names = [i.name for i in model.graph.input]

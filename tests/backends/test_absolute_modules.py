@@ -26,8 +26,8 @@ def test_sinusoidal_module_matches_spec(backend, max_len):
 
 
 def test_learned_module_gathers_its_table_and_rejects_out_of_range(backend):
-    layer = _learned(backend, 10, 4)
-    table = backend.to_numpy(_table(backend, layer))
+    layer = backend.make_module("LearnedEncoding", 10, 4)
+    table = backend.weight(layer.table)
     out = backend.to_numpy(layer(backend.from_numpy(np.array([[9, 0, 3]]))))
     np.testing.assert_array_equal(out, table[[[9, 0, 3]]])
     with pytest.raises(ValueError, match="positions out of range"):
@@ -48,19 +48,6 @@ def test_resize_table_is_differentiable_and_matches_spec(backend):
     _check(out, pn.resize_table(table.astype(np.float64), 20, method="cubic"))
 
 
-def _learned(backend, max_len, dim):
-    if backend.name == "jax":
-        from flax import nnx
-
-        return backend.module.LearnedEncoding(max_len, dim, rngs=nnx.Rngs(0))
-    return backend.module.LearnedEncoding(max_len, dim)
-
-
-def _table(backend, layer):
-    return layer.table[...] if backend.name == "jax" else (layer.table.detach() if backend.name == "torch"
-                                                            else layer.table.value)
-
-
 # --- PyTorch ---------------------------------------------------------------------------------------
 
 def test_torch_state_dict_holds_only_trainable_tables():
@@ -79,16 +66,19 @@ def test_torch_state_dict_holds_only_trainable_tables():
 def test_sinusoidal_cache_never_grows(backend):
     """One cache policy in every backend: `max_len` rows from the spec, positions beyond computed, and a
     call never changes the module (no growth in a forward pass)."""
-    name = backend.name
     module = backend.module.SinusoidalEncoding(8, max_len=4)
-    rows = module.cache.shape[0] if name == "torch" else (module._cache.shape[0] if name == "tf" else
-                                                           module.cache[...].shape[0])
+    rows = _cache_rows(backend, module)
     positions = np.array([2, 100], np.int32)
     out = backend.to_numpy(module(backend.from_numpy(positions)))
     np.testing.assert_allclose(out, pn.sinusoidal(positions, 8), atol=tolerance("float32", max_angle=100).atol)
-    after = module.cache.shape[0] if name == "torch" else (module._cache.shape[0] if name == "tf" else
-                                                            module.cache[...].shape[0])
-    assert rows == after == 4
+    assert rows == _cache_rows(backend, module) == 4
+
+
+def _cache_rows(backend, module) -> int:
+    """Rows of a SinusoidalEncoding's cache: a framework buffer or variable `cache`, or (Keras, where a
+    variable would be saved with the model) the NumPy constant `_cache`."""
+    cache = backend.weight(module.cache) if hasattr(module, "cache") else module._cache
+    return cache.shape[0]
 
 
 # --- Keras ------------------------------------------------------------------------------------------

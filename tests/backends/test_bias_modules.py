@@ -13,18 +13,8 @@ import numpy as np
 import pytest
 
 import posenc_np as pn
-from helpers import EXACT, assert_close, keras_bias_round_trip, make_module, table_of
+from helpers import EXACT, assert_close, keras_bias_round_trip
 from posenc_np.testing import tolerance
-
-
-def _jit_type_error(backend):
-    """Under a tracer values cannot be checked, so floating positions are refused by dtype;
-    torch.compile(fullgraph=True) reports the TypeError wrapped in torch._dynamo's `Unsupported`."""
-    if backend.name == "torch":
-        import torch
-
-        return (TypeError, torch._dynamo.exc.Unsupported)
-    return TypeError
 
 
 # --- ALiBi --------------------------------------------------------------------------------------------
@@ -95,15 +85,15 @@ def test_t5_bad_input(backend):
 
 def test_t5_float_positions_refused_under_jit(backend):
     table = np.zeros((32, 2), np.float32)
-    with pytest.raises(_jit_type_error(backend), match="q_positions must be an integer"):
+    with pytest.raises(backend.jit_errors(TypeError), match="q_positions must be an integer"):
         backend.call("t5_bias", (table, np.arange(3.0), np.arange(3)), {}, mode="jit")
-    with pytest.raises(_jit_type_error(backend), match="relative_position must be an integer"):
+    with pytest.raises(backend.jit_errors(TypeError), match="relative_position must be an integer"):
         backend.call("t5_bucket", (np.arange(3.0),), {}, mode="jit")
 
 
 def test_t5_module(backend):
-    layer = make_module(backend, "T5RelativeBias", 4, bidirectional=False, num_buckets=16, max_distance=64)
-    table = table_of(backend, layer)
+    layer = backend.make_module("T5RelativeBias", 4, bidirectional=False, num_buckets=16, max_distance=64)
+    table = backend.weight(layer.table)
     assert table.shape == (16, 4)
     q, k = np.arange(40, 45), np.arange(45)
     actual = backend.to_numpy(layer(backend.from_numpy(q), backend.from_numpy(k)))
@@ -164,13 +154,13 @@ def test_relative_bad_input(backend):
 
 def test_relative_float_positions_refused_under_jit(backend):
     table = np.zeros((5, 2), np.float32)
-    with pytest.raises(_jit_type_error(backend), match="k_positions must be an integer"):
+    with pytest.raises(backend.jit_errors(TypeError), match="k_positions must be an integer"):
         backend.call("relative_embeddings", (table, np.arange(3), np.arange(3.0)), {"max_distance": 2}, mode="jit")
 
 
 def test_relative_module(backend):
-    layer = make_module(backend, "RelativePositionEmbedding", 3, 5, sign="query-key")
-    table = table_of(backend, layer)
+    layer = backend.make_module("RelativePositionEmbedding", 3, 5, sign="query-key")
+    table = backend.weight(layer.table)
     assert table.shape == (7, 5)
     q, k = np.arange(2, 6), np.arange(8)
     actual = backend.to_numpy(layer(backend.from_numpy(q), backend.from_numpy(k)))

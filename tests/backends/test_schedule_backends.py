@@ -13,13 +13,6 @@ from posenc_np.testing import compare, tolerance
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 0.707,
         "mscale_all_dim": 1.0}
-FRAMEWORKS = ("torch", "tf", "jax")  # the ONNX backend exports only its listed encodings
-
-
-@pytest.fixture(autouse=True)
-def _frameworks_only(backend):
-    if backend.name not in FRAMEWORKS:
-        pytest.skip(f"{backend.name}: schedules, MLA and temperature are framework functions, not ONNX exports")
 
 
 GEMMA = {"model_type": "gemma3_text", "num_hidden_layers": 4, "head_dim": 8, "sliding_window_pattern": 2,

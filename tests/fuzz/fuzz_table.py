@@ -25,6 +25,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import posenc_np as pn
+from helpers import fire_layers
 from posenc_np.testing import Tolerance, tolerance
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -704,19 +705,8 @@ def b_build_relative_position(draw):
 # --- entries: modules ---------------------------------------------------------------------------------
 
 def _weight(backend, value):
-    """A module's weight (torch Parameter, Keras Variable, NNX Param) as float64 NumPy."""
-    if backend.name == "jax":
-        value = value[...]
-    elif backend.name == "tf":
-        value = value.value if hasattr(value, "value") else value
-    return np.asarray(backend.to_numpy(value), np.float64)
-
-
-def _linear(backend, module, name, torch_index=None):
-    layer = getattr(module, name) if torch_index is None else getattr(module, name)[torch_index]
-    if backend.name == "torch":
-        return _weight(backend, layer.weight), _weight(backend, layer.bias)
-    return _weight(backend, layer.kernel).T, _weight(backend, layer.bias)
+    """A module's weight (torch Parameter, Keras Variable, NNX Param, ...) as float64 NumPy."""
+    return np.asarray(backend.weight(value), np.float64)
 
 
 def b_SinusoidalEncoding(draw):
@@ -814,7 +804,7 @@ def b_DynamicPositionEncoding(draw):
 
 def spec_DynamicPositionEncoding(backend, module, call):
     _, kw = call.ctor
-    w, b = _linear(backend, module, "proj")
+    w, b = backend.linear(module.proj)
     return pn.dynamic_position_encoding(spec_array(call.args[0]), w, b, **kw)
 
 
@@ -842,10 +832,7 @@ def b_FIREBias(draw):
 
 def spec_FIREBias(backend, module, call):
     _, kw = call.ctor
-    if backend.name == "torch":
-        (w1, b1), (w2, b2) = _linear(backend, module, "mlp", 0), _linear(backend, module, "mlp", 2)
-    else:
-        (w1, b1), (w2, b2) = _linear(backend, module, "mlp_in"), _linear(backend, module, "mlp_out")
+    (w1, b1), (w2, b2) = (backend.linear(layer) for layer in fire_layers(module))
     c, mult = _weight(backend, module.c), _weight(backend, module.L_multiplier)
     return pn.fire_bias(c, mult * kw["init_L"], w1, b1, w2, b2, *call.args)
 

@@ -96,25 +96,10 @@ def error_class(error):
 
 # --- conversions ---------------------------------------------------------------------------------------
 
-def _swap(backend, tensor, a, b):
-    """A transposed view in the backend's framework (torch: a non-contiguous tensor)."""
-    if backend.name == "torch":
-        return tensor.transpose(a, b)
-    if backend.name == "tf":
-        import tensorflow as tf
-
-        perm = list(range(len(tensor.shape)))
-        perm[a], perm[b] = perm[b], perm[a]
-        return tf.transpose(tensor, perm)
-    import jax.numpy as jnp
-
-    return jnp.swapaxes(tensor, a, b)
-
-
 def to_backend(backend, value):
     if isinstance(value, NonContiguous):
         a, b = value.axes
-        return _swap(backend, backend.from_numpy(np.ascontiguousarray(np.swapaxes(value.array, a, b))), a, b)
+        return backend.swapaxes(backend.from_numpy(np.ascontiguousarray(np.swapaxes(value.array, a, b))), a, b)
     if isinstance(value, np.ndarray):
         return backend.from_numpy(value)
     if isinstance(value, list) and any(isinstance(v, (np.ndarray, NonContiguous)) for v in value):
@@ -195,15 +180,6 @@ def spec_outcome(entry, call, backend=None, module=None):
     return outcome(lambda: fn(*(spec_array(a) for a in call.args), **call.kwargs))
 
 
-def make_module(backend, cls, args, kwargs):
-    kwargs = dict(kwargs)
-    if backend.name == "jax" and inspect.isclass(cls) and "rngs" in inspect.signature(cls.__init__).parameters:
-        from flax import nnx
-
-        kwargs.setdefault("rngs", nnx.Rngs(0))
-    return cls(*args, **kwargs)
-
-
 def run_backend(backend, entry, call):
     """(outcome, module-or-None) of the backend on `call`; a module entry constructs then calls."""
     obj = getattr(backend.module, entry.name)
@@ -219,7 +195,7 @@ def run_backend(backend, entry, call):
         kwargs = {k: to_backend(backend, v) for k, v in {**call.kwargs, **call.backend_kwargs}.items()}
         result = outcome(lambda: obj(*args, **kwargs))
     else:
-        built = outcome(lambda: make_module(backend, obj, *call.ctor))
+        built = outcome(lambda: backend.make_module(obj, *call.ctor[0], **call.ctor[1]))
         if built[0] == "error":
             return built, None
         module = built[1]

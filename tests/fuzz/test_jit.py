@@ -10,7 +10,6 @@ the table's rows elsewhere.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,14 +22,7 @@ TABLE = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
 X = np.random.default_rng(1).normal(size=(2, 5, 8)).astype(np.float32)
 
 
-def _framework(backend):
-    if backend.name not in ("torch", "tf", "jax"):
-        pytest.skip(f"{backend.name} has no package of contract functions")
-    return backend
-
-
 def test_learned_under_jit_gives_nan_rows_out_of_range(backend, jit_cache, aot_eager):
-    backend = _framework(backend)
 
     @settings(max_examples=JIT_EXAMPLES)
     @given(st.lists(st.integers(-3, 9), min_size=4, max_size=4))
@@ -49,7 +41,6 @@ def test_learned_under_jit_gives_nan_rows_out_of_range(backend, jit_cache, aot_e
 
 
 def test_apply_rope_under_jit_equals_the_spec_at_any_position(backend, jit_cache, aot_eager):
-    backend = _framework(backend)
 
     @settings(max_examples=JIT_EXAMPLES)
     @given(st.lists(st.integers(-5, 2**24), min_size=5, max_size=5))
