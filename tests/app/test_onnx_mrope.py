@@ -73,3 +73,28 @@ def test_posenc_check_onnx_runs_the_multi_axis_cases(tmp_path):
     ran = [r for r in records if r["status"] == "pass"]
     assert ran and not [r for r in records if r["status"] in ("fail", "error")]
     assert not [r for r in records if r["status"] == "skip" and r["dtype"] != "bfloat16"], records
+
+
+def test_export_multi_axis_and_unbounded_sinusoid(tmp_path, capsys):
+    """`posenc export` of both Qwen layouts writes a contrib-domain model and says so; a sinusoidal convention
+    without --max-len computes the sinusoid in the graph (no table) and works at 2**20; with it, a table."""
+    from posenc.onnx.export import export
+
+    for name in ("qwen2-vl", "qwen3-vl"):
+        out = tmp_path / f"{name}.onnx"
+        assert cli.main(["export", name, "--out", str(out), "--head-dim", "128"]) == 0
+        assert G.CONTRIB_DOMAIN in capsys.readouterr().out
+        model = onnx.load(str(out))
+        node = [n for n in model.graph.node if n.op_type == "MRotaryEmbedding"][0]
+        layout = [a.i for a in node.attribute if a.name == "mrope_layout"][0]
+        assert layout == (1 if name == "qwen3-vl" else 0)
+        assert [d.dim_value or d.dim_param for d in model.graph.input[1].type.tensor_type.shape.dim] == [3, "batch",
+                                                                                                       "seq"]
+    result = export("vaswani", tmp_path / "pe.onnx", dim=64)
+    assert result.passed and all(len(i.dims) <= 1 for i in onnx.load(str(tmp_path / "pe.onnx")).graph.initializer)
+    session = G.session(onnx.load(str(tmp_path / "pe.onnx")))
+    positions = np.array([[2 ** 20, 2 ** 20 + 3]], np.int64)
+    table = session.run(None, {"positions": positions})[0]
+    assert compare(table, posenc_np.sinusoidal(positions, 64), tolerance("float32", scale=1.0)).passed
+    tabled = export("vaswani", tmp_path / "pe128.onnx", dim=64, max_len=128)
+    assert tabled.passed and onnx.load(str(tmp_path / "pe128.onnx")).graph.initializer[0].dims[0] == 128
