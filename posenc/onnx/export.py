@@ -31,13 +31,11 @@ from posenc_np.testing import Tolerance, compare, tolerance
 from ..io import write_atomic
 from . import graphs as G
 
-__all__ = ["export", "ExportResult", "EXPORT_TARGETS", "DEFAULT_MAX_LEN"]
+__all__ = ["export", "ExportResult", "Graph", "BUILDERS", "EXPORT_TARGETS", "DEFAULT_MAX_LEN"]
 
 #: Encoding (family) names accepted besides the conventions, with the convention whose parameters they take.
 EXPORT_TARGETS = {"rope": "hf-llama", "sinusoidal": "vaswani", "learned": "bert", "alibi": None,
                   "relative": "shaw"}
-_KIND = {"apply_rope": "rotary", "sinusoidal": "absolute", "learned": "absolute", "alibi_bias": "bias",
-         "t5_bias": "bias", "relative_embeddings": "bias"}
 DEFAULT_MAX_LEN = 4096
 
 
@@ -81,9 +79,159 @@ def _rng_x(shape, dtype):
     return np.random.default_rng(0).standard_normal(shape).astype(dtype)
 
 
+@dataclass
+class Graph:
+    """One encoding's model with the inputs its check feeds, the spec's answer and the bound they must meet."""
+
+    model: object  # onnx.ModelProto
+    feeds: dict
+    desired: np.ndarray
+    tol: Tolerance
+    inputs: dict  # name -> shape (symbolic names for dynamic axes)
+    outputs: dict
+    notes: list = field(default_factory=list)
+
+
+def _end_rows(max_len):
+    """Positions `[2, seq]`: the cache's (table's) first and last `min(8, max_len)` rows."""
+    seq = min(8, max_len)
+    return np.stack([np.arange(seq), np.arange(max_len - seq, max_len)])
+
+
+def _table_tol(table, dtype):
+    """A given table gathered: exact in its own dtype, else one rounding to `dtype` of values up to its max."""
+    if dtype == str(table.dtype):
+        return tolerance(dtype, exact=True)
+    return tolerance(dtype, scale=float(np.abs(table).max()), slack_ulps=0.0)
+
+
+def _rotary(name, params, *, dtype, head_dim, heads, max_len, scaling, rotary_dim, **_):
+    head_dim = _need(head_dim, "--head-dim", name)
+    max_len = DEFAULT_MAX_LEN if max_len is None else max_len
+    if rotary_dim is not None:
+        params.pop("rotary_pct", None)
+        params["rotary_dim"] = rotary_dim
+    if scaling is not None:
+        params["scaling"] = scaling
+    if params.get("mrope_section") is not None:
+        return _mrope(params, dtype=dtype, head_dim=head_dim, heads=heads, max_len=max_len)
+    model = G.rope_model(head_dim=head_dim, max_len=max_len, dtype=dtype, heads=heads, **params)
+    positions = _end_rows(max_len)
+    x = _rng_x((2, heads or 2, positions.shape[1], head_dim), np.dtype(dtype))
+    desired = posenc_np.apply_rope(x.astype(np.float64), positions[:, None, :], **params)
+    # float64-reduced caches: no angle term, only float32 rounding (and the output dtype's)
+    tol = tolerance(dtype, scale=float(np.abs(desired).max()))
+    inputs = {"x": ["batch", heads or "heads", "seq", head_dim], "positions": ["batch", "seq"]}
+    return Graph(model, {"x": x, "positions": positions}, desired, tol, inputs, {"y": inputs["x"]})
+
+
+def _mrope(params, *, dtype, head_dim, heads, max_len):
+    """Multi-axis RoPE on ONNX Runtime's contrib `MRotaryEmbedding`, checked on three different position streams
+    (the cache's first and last rows, reversed, and rolled, per axis)."""
+    if params.pop("mrope_frequencies", "shared") != "shared":
+        raise G.NotExportable("per-axis or strided mrope_frequencies: MRotaryEmbedding's axes share one cos/sin cache")
+    model = G.mrope_model(head_dim=head_dim, max_len=max_len, dtype=dtype, heads=heads, **params)
+    rows = _end_rows(max_len)
+    positions = np.stack([rows, rows[:, ::-1], np.roll(rows, 1, axis=1)])  # [3, batch, seq]
+    x = _rng_x((2, heads or 2, positions.shape[-1], head_dim), np.dtype(dtype))
+    desired = posenc_np.apply_rope(x.astype(np.float64), positions[:, :, None, :], **params)
+    tol = tolerance(dtype, scale=float(np.abs(desired).max()))
+    inputs = {"x": ["batch", heads or "heads", "seq", head_dim], "positions": [3, "batch", "seq"]}
+    notes = [f"needs ONNX Runtime: MRotaryEmbedding is an operator of its contrib domain {G.CONTRIB_DOMAIN} (the "
+             f"model's {G.REQUIRES_KEY} property says so); other ONNX runtimes do not load it"]
+    return Graph(model, {"x": x, "positions": positions}, desired, tol, inputs, {"y": inputs["x"]}, notes)
+
+
 #: Positions of the computed sinusoid's check: small, past any table, 2**20 and beyond
 _ANY_POSITIONS = np.array([[0, 1, 2, 3, 4095, 65535, 2 ** 20 - 1, 2 ** 20],
                            [7, 100, 2 ** 20 + 1, 2 ** 24, 2 ** 30, 2 ** 31, 2 ** 40, 3]])
+
+
+def _absolute(model, reference, tol, max_len, dim, name, positions=None):
+    positions = _end_rows(max_len) if positions is None else positions
+    notes = []
+    if name == "fairseq":
+        notes.append("fairseq zeroes the row padding_idx=1 for pad tokens; this table holds the formula's "
+                     "row there (real tokens start at position 2)")
+    return Graph(model, {"positions": positions}, reference(positions), tol, {"positions": ["batch", "seq"]},
+                 {"table": ["batch", "seq", dim]}, notes)
+
+
+def _sinusoidal(name, params, *, dtype, dim, max_len, **_):
+    dim = _need(dim, "--dim", name)
+    tol = tolerance(dtype, slack_ulps=1.0)  # the spec's float64 values rounded once
+    reference = lambda p: posenc_np.sinusoidal(p, dim, **params)  # noqa: E731
+    if max_len is None:  # computed in the graph from float64 angles: any position
+        model = G.sinusoidal_computed_model(dim=dim, dtype=dtype, **params)
+        return _absolute(model, reference, tol, None, dim, name, positions=_ANY_POSITIONS)
+    model = G.sinusoidal_model(dim=dim, max_len=max_len, dtype=dtype, **params)
+    return _absolute(model, reference, tol, max_len, dim, name)
+
+
+def _learned(name, params, *, dtype, table, max_len, **_):
+    table = np.asarray(table)
+    if max_len is not None and table.shape[0] != max_len:
+        raise ValueError(f"--max-len={max_len} disagrees with the table's {table.shape[0]} rows")
+    model = G.learned_model(table, dtype=dtype)
+    reference = lambda p: posenc_np.learned(table.astype(np.float64), p)  # noqa: E731
+    return _absolute(model, reference, _table_tol(table, dtype), table.shape[0], table.shape[1], name)
+
+
+#: Query and key positions of the bias checks: a block of queries against every key before it and beyond.
+_Q, _K = np.arange(28, 32), np.arange(32)
+_BIAS_INPUTS = {"q_positions": ["q"], "k_positions": ["k"]}
+
+
+def _bias(model, desired, tol, outputs, notes=()):
+    return Graph(model, {"q_positions": _Q, "k_positions": _K}, desired, tol, dict(_BIAS_INPUTS), outputs,
+                 list(notes))
+
+
+def _alibi(name, params, *, dtype, heads, **_):
+    heads = _need(heads, "--heads", name)
+    desired = posenc_np.alibi_bias(heads, _Q, _K, **params)
+    return _bias(G.alibi_model(heads=heads, dtype=dtype, **params), desired,
+                 tolerance(dtype, scale=float(np.abs(desired).max())), {"bias": [heads, "q", "k"]})
+
+
+def _t5(name, params, *, dtype, heads, table, **_):
+    table = np.asarray(table)
+    if heads is not None and table.ndim == 2 and table.shape[1] != heads:
+        raise ValueError(f"--heads={heads} disagrees with the table's {table.shape[1]} columns "
+                         f"([num_buckets, heads]; a t5x [heads, num_buckets] table needs a transpose)")
+    model = G.t5_model(table, dtype=dtype, **params)
+    desired = posenc_np.t5_bias(table.astype(np.float64), _Q, _K, **params)
+    return _bias(model, desired, _table_tol(table, dtype), {"bias": [table.shape[1], "q", "k"]})
+
+
+def _relative(name, params, *, dtype, table, **_):
+    table = np.asarray(table)
+    if table.ndim != 2 or table.shape[0] % 2 != 1:
+        raise ValueError(f"the relative table must be [2 * max_distance + 1, dim], got shape {table.shape}")
+    max_distance = (table.shape[0] - 1) // 2
+    model = G.relative_model(table, max_distance=max_distance, dtype=dtype, **params)
+    desired = posenc_np.relative_embeddings(table.astype(np.float64), _Q, _K, max_distance=max_distance, **params)
+    return _bias(model, desired, _table_tol(table, dtype), {"bias": ["q", "k", table.shape[1]]},
+                 [f"max_distance = (rows - 1) / 2 = {max_distance}"])
+
+
+#: The graph builder of each exportable encoding: `(name, params, **options) -> Graph`.
+BUILDERS = {"apply_rope": _rotary, "sinusoidal": _sinusoidal, "learned": _learned, "alibi_bias": _alibi,
+            "t5_bias": _t5, "relative_embeddings": _relative}
+
+
+def _check_options(name, encoding, *, scaling, base, table):
+    """The options that apply to some encodings only, refused (naming them) for the others."""
+    if scaling is not None and encoding != "apply_rope":
+        raise ValueError(f"scaling applies to rotary conventions, not to {name!r} ({encoding})")
+    if base is not None and encoding not in ("apply_rope", "sinusoidal"):
+        raise ValueError(f"base applies to rotary and sinusoidal conventions, not to {name!r} ({encoding})")
+    if table is None and encoding == "learned":
+        raise ValueError(f"{name} needs --table FILE.npy (the learned [max_len, dim] table)")
+    if encoding in ("t5_bias", "relative_embeddings") and table is None:
+        raise ValueError(f"{name} needs --table FILE.npy (the {encoding.split('_')[0]} table)")
+    if table is not None and encoding not in ("learned", "t5_bias", "relative_embeddings"):
+        raise ValueError(f"--table applies to learned, t5 and relative conventions, not to {name!r}")
 
 
 def export(convention_or_encoding, out=None, *, head_dim=None, heads=None, dim=None, max_len=None, scaling=None,
@@ -119,116 +267,20 @@ def export(convention_or_encoding, out=None, *, head_dim=None, heads=None, dim=N
     """
     name = convention_or_encoding
     encoding, params = _resolve(name, scaling)
-    kind = _KIND[encoding]
+    if encoding not in BUILDERS:
+        raise ValueError(f"convention {name!r} is a {encoding} convention; posenc export writes "
+                         f"{', '.join(BUILDERS)} conventions")
     dtype = G.check_dtype(dtype)
-    if scaling is not None and kind != "rotary":
-        raise ValueError(f"scaling applies to rotary conventions, not to {name!r} ({encoding})")
+    _check_options(name, encoding, scaling=scaling, base=base, table=table)
     if base is not None:
-        if encoding not in ("apply_rope", "sinusoidal"):
-            raise ValueError(f"base applies to rotary and sinusoidal conventions, not to {name!r} ({encoding})")
         params["base"] = float(base)
-    if kind != "bias" and table is None and encoding == "learned":
-        raise ValueError(f"{name} needs --table FILE.npy (the learned [max_len, dim] table)")
-    if encoding in ("t5_bias", "relative_embeddings") and table is None:
-        raise ValueError(f"{name} needs --table FILE.npy (the {encoding.split('_')[0]} table)")
-    if table is not None and encoding not in ("learned", "t5_bias", "relative_embeddings"):
-        raise ValueError(f"--table applies to learned, t5 and relative conventions, not to {name!r}")
-    notes = []
-    np_dtype = np.dtype(dtype)
-    if kind == "rotary":
-        head_dim = _need(head_dim, "--head-dim", name)
-        max_len = DEFAULT_MAX_LEN if max_len is None else max_len
-        if rotary_dim is not None:
-            params.pop("rotary_pct", None)
-            params["rotary_dim"] = rotary_dim
-        if scaling is not None:
-            params["scaling"] = scaling
-        seq = min(8, max_len)
-        positions = np.stack([np.arange(seq), np.arange(max_len - seq, max_len)])  # the cache's first and last rows
-        x = _rng_x((2, heads or 2, seq, head_dim), np_dtype)
-        if params.get("mrope_section") is not None:  # multi-axis: ONNX Runtime's contrib MRotaryEmbedding
-            if params.pop("mrope_frequencies", "shared") != "shared":
-                raise G.NotExportable("per-axis or strided mrope_frequencies: MRotaryEmbedding's axes share one "
-                                      "cos/sin cache")
-            model = G.mrope_model(head_dim=head_dim, max_len=max_len, dtype=dtype, heads=heads, **params)
-            positions = np.stack([positions, positions[:, ::-1], np.roll(positions, 1, axis=1)])  # [3, batch, seq]
-            desired = posenc_np.apply_rope(x.astype(np.float64), positions[:, :, None, :], **params)
-            notes.append(f"needs ONNX Runtime: MRotaryEmbedding is an operator of its contrib domain "
-                         f"{G.CONTRIB_DOMAIN} (the model's {G.REQUIRES_KEY} property says so); other ONNX runtimes "
-                         "do not load it")
-        else:
-            model = G.rope_model(head_dim=head_dim, max_len=max_len, dtype=dtype, heads=heads, **params)
-            desired = posenc_np.apply_rope(x.astype(np.float64), positions[:, None, :], **params)
-        feeds = {"x": x, "positions": positions}
-        # float64-reduced caches: no angle term, only float32 rounding (and the output dtype's)
-        tol = tolerance(dtype, scale=float(np.abs(desired).max()))
-        inputs = {"x": ["batch", heads or "heads", "seq", head_dim],
-                  "positions": [3, "batch", "seq"] if positions.ndim == 3 else ["batch", "seq"]}
-        outputs = {"y": inputs["x"]}
-    elif kind == "absolute":
-        positions = None
-        if encoding == "sinusoidal":
-            dim = _need(dim, "--dim", name)
-            if max_len is None:  # computed in the graph from float64 angles: any position
-                model = G.sinusoidal_computed_model(dim=dim, dtype=dtype, **params)
-                positions = _ANY_POSITIONS
-            else:
-                model = G.sinusoidal_model(dim=dim, max_len=max_len, dtype=dtype, **params)
-            reference = lambda p: posenc_np.sinusoidal(p, dim, **params)  # noqa: E731
-            tol = tolerance(dtype, slack_ulps=1.0)  # the spec's float64 values rounded once
-        else:
-            table = np.asarray(table)
-            if max_len is not None and table.shape[0] != max_len:
-                raise ValueError(f"--max-len={max_len} disagrees with the table's {table.shape[0]} rows")
-            model = G.learned_model(table, dtype=dtype)
-            max_len, dim = table.shape
-            reference = lambda p: posenc_np.learned(table.astype(np.float64), p)  # noqa: E731
-            tol = tolerance(dtype, scale=float(np.abs(table).max()), slack_ulps=0.0) if dtype != str(
-                table.dtype) else tolerance(dtype, exact=True)
-        if positions is None:
-            seq = min(8, max_len)
-            positions = np.stack([np.arange(seq), np.arange(max_len - seq, max_len)])
-        feeds = {"positions": positions}
-        desired = reference(positions)
-        inputs, outputs = {"positions": ["batch", "seq"]}, {"table": ["batch", "seq", dim]}
-        if name == "fairseq":
-            notes.append("fairseq zeroes the row padding_idx=1 for pad tokens; this table holds the formula's "
-                         "row there (real tokens start at position 2)")
-    else:
-        q, k = np.arange(28, 32), np.arange(32)
-        feeds = {"q_positions": q, "k_positions": k}
-        inputs = {"q_positions": ["q"], "k_positions": ["k"]}
-        if encoding == "alibi_bias":
-            heads = _need(heads, "--heads", name)
-            model = G.alibi_model(heads=heads, dtype=dtype, **params)
-            desired = posenc_np.alibi_bias(heads, q, k, **params)
-            tol = tolerance(dtype, scale=float(np.abs(desired).max()))
-            outputs = {"bias": [heads, "q", "k"]}
-        elif encoding == "t5_bias":
-            table = np.asarray(table)
-            if heads is not None and table.ndim == 2 and table.shape[1] != heads:
-                raise ValueError(f"--heads={heads} disagrees with the table's {table.shape[1]} columns "
-                                 f"([num_buckets, heads]; a t5x [heads, num_buckets] table needs a transpose)")
-            model = G.t5_model(table, dtype=dtype, **params)
-            desired = posenc_np.t5_bias(table.astype(np.float64), q, k, **params)
-            tol = tolerance(dtype, exact=True) if dtype == str(table.dtype) else tolerance(dtype, scale=float(
-                np.abs(table).max()), slack_ulps=0.0)
-            outputs = {"bias": [table.shape[1], "q", "k"]}
-        else:
-            table = np.asarray(table)
-            if table.ndim != 2 or table.shape[0] % 2 != 1:
-                raise ValueError(f"the relative table must be [2 * max_distance + 1, dim], got shape {table.shape}")
-            max_distance = (table.shape[0] - 1) // 2
-            model = G.relative_model(table, max_distance=max_distance, dtype=dtype, **params)
-            desired = posenc_np.relative_embeddings(table.astype(np.float64), q, k, max_distance=max_distance, **params)
-            tol = tolerance(dtype, exact=True) if dtype == str(table.dtype) else tolerance(dtype, scale=float(
-                np.abs(table).max()), slack_ulps=0.0)
-            outputs = {"bias": ["q", "k", table.shape[1]]}
-            notes.append(f"max_distance = (rows - 1) / 2 = {max_distance}")
-    actual = G.run_model(model, feeds, optimize=True)
-    result = compare(actual.astype(np.float64), np.asarray(desired, np.float64), tol)
-    done = ExportResult(name, encoding, model, inputs, outputs, result.max_abs_err, tol, result.passed, notes=notes)
+    graph = BUILDERS[encoding](name, params, dtype=dtype, head_dim=head_dim, heads=heads, dim=dim, max_len=max_len,
+                               scaling=scaling, table=table, rotary_dim=rotary_dim)
+    actual = G.run_model(graph.model, graph.feeds, optimize=True)
+    result = compare(actual.astype(np.float64), np.asarray(graph.desired, np.float64), graph.tol)
+    done = ExportResult(name, encoding, graph.model, graph.inputs, graph.outputs, result.max_abs_err, graph.tol,
+                        result.passed, notes=graph.notes)
     if out is not None and result.passed:
-        write_atomic(str(out), model.SerializeToString(), what="model")
+        write_atomic(str(out), graph.model.SerializeToString(), what="model")
         done.written = str(out)
     return done
