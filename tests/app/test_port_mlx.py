@@ -180,3 +180,22 @@ def test_a_file_target_is_refused(tmp_path, capsys):
     capsys.readouterr()
     assert run("port", tmp_path / "hf", tmp_path / "m.safetensors", "--preset", "hf-qwen2-to-mlx") == 2
     assert "safetensors-dir" in capsys.readouterr().err
+
+
+def test_gemma3_embedding_scale_is_bfloat16_in_mlx_lm(tmp_path):
+    """hidden 48: mlx-lm scales the embeddings by bfloat16(sqrt(48)) = 6.9375, transformers by 6.9282 (float32). The
+    sidecar says so; mlx-lm's logits then differ beyond float32 rounding, and transformers with its scale set to
+    the bfloat16 value agrees with mlx-lm again: that scale is the whole difference."""
+    model = _save("gemma3", tmp_path / "hf", hidden_size=48)
+    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-gemma3-to-mlx") == 0
+    sidecar = json.loads((tmp_path / "mlx.rope.json").read_text())
+    assert any("bfloat16(sqrt(48)) = 6.9375" in f for f in sidecar["mlx_lm"]["findings"])
+    actual, desired = _mlx_logits(tmp_path / "mlx"), _hf_logits(model)
+    differs = compare(actual, desired, _tolerance(desired))
+    with torch.no_grad():
+        model.model.embed_tokens.embed_scale.fill_(6.9375)
+    rescaled = _hf_logits(model)
+    agrees = compare(actual, rescaled, _tolerance(rescaled))
+    print(f"gemma3 hidden 48: {differs.max_abs_err:.3g} (tol {differs.atol:.3g}); bfloat16 scale in transformers: "
+          f"{agrees.max_abs_err:.3g}")
+    assert not differs.passed and agrees.passed and agrees.max_abs_err < differs.max_abs_err / 100

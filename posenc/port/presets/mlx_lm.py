@@ -239,8 +239,9 @@ def _embed_scale_note(config, family):
     rounded = float(np.float32(exact).astype(ml_dtypes.bfloat16))
     if rounded == float(np.float32(exact)):
         return None
-    return (f"mlx-lm gemma3_text.py scales embeddings by bfloat16(sqrt({config['hidden_size']})) = {rounded}, "
-            f"transformers by {exact:.9g} in float32: float32 logits differ by that relative step")
+    return (f"mlx-lm gemma3_text.py scales embeddings by bfloat16(sqrt({config['hidden_size']})) = {rounded} in every "
+            f"dtype, transformers by sqrt in the weights' dtype ({float(np.float32(exact)):.9g} in float32): a float32 "
+            "model's logits differ beyond float32 rounding")
 
 
 def hf_to_mlx(family_name, reader, options):
