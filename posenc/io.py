@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -32,7 +33,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-__all__ = ["check_output", "atomic_output", "write_atomic", "parse_choices", "file_mode", "target_lock",
+__all__ = ["check_output", "atomic_output", "write_atomic", "parse_choices", "parse_json_object", "file_mode", "target_lock",
            "remove_stale_temporaries", "temp_prefix"]
 
 
@@ -228,3 +229,20 @@ def parse_choices(values, allowed, flag: str, *, default=None) -> list | None:
     if not chosen:
         raise UsageError(f"{flag} {','.join(values)!r} names nothing; choose from {', '.join(allowed)}")
     return list(dict.fromkeys(chosen))
+
+
+def parse_json_object(text: str, flag: str, *, what: str = "a JSON object", allow_null: bool = False):
+    """A command-line option's JSON text -> the dict it holds (None for `null` when `allow_null`); a
+    UsageError naming the option and the text when it is not JSON or not an object (`what` says which).
+
+    Example:
+        >>> parse_json_object('{"rope_type": "linear", "factor": 2.0}', "--scaling")
+        {'rope_type': 'linear', 'factor': 2.0}
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{flag} {text!r} is not JSON: {error}") from None
+    if not isinstance(value, dict) and not (allow_null and value is None):
+        raise UsageError(f"{flag} {text!r} must be {what}")
+    return value

@@ -5,12 +5,10 @@ Exit 0 written, 1 the ONNX Runtime check failed (nothing written), 2 bad usage o
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from ..errors import UsageError
-from ..io import check_output, write_atomic
+from ..io import check_output, parse_json_object, write_atomic
 from . import graphs as G
 from .export import DEFAULT_MAX_LEN, export
 
@@ -27,25 +25,15 @@ def _load_table(path):
     return table
 
 
-def _scaling(text):
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"--scaling {text!r} is not JSON: {error}") from None
-    if value is not None and not isinstance(value, dict):
-        raise UsageError(f"--scaling {text!r} must be a JSON object like HF's rope_scaling")
-    return value
-
-
 def run(args) -> int:
     """`posenc export` from parsed arguments; returns the exit status (UsageError for bad input)."""
     check_output(args.out, formats=("onnx",), what="model")
     table = _load_table(args.table) if args.table else None
+    scaling = None if args.scaling is None else parse_json_object(
+        args.scaling, "--scaling", what="a JSON object like HF's rope_scaling", allow_null=True)
     try:
         result = export(args.convention, None, head_dim=args.head_dim, heads=args.heads, dim=args.dim,
-                        max_len=args.max_len, scaling=_scaling(args.scaling), dtype=args.dtype, table=table,
+                        max_len=args.max_len, scaling=scaling, dtype=args.dtype, table=table,
                         base=args.base, rotary_dim=args.rotary_dim)
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None

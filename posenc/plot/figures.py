@@ -22,7 +22,7 @@ from ..canvas import new_figure, suptitle
 from ..errors import UsageError
 from ..experiment.config import TRAINED
 from ..experiment.figure import plot_perplexity
-from ..io import parse_choices
+from ..io import parse_choices, parse_json_object
 
 __all__ = ["FIGURES", "ATTENTION_ENCODINGS", "encoding_tables", "rope_decay_curves", "attention_weights",
            "load_table", "figure_table", "figure_rope_decay", "figure_bias", "figure_attention_maps", "figure_diff",
@@ -150,16 +150,7 @@ def figure_table(*, encoding="sinusoidal", positions=128, dim=64, backend="numpy
 
 def parse_scaling(texts):
     """`--scaling` JSON texts -> HF rope_scaling dicts; UsageError naming a text that is not a JSON object."""
-    out = []
-    for text in texts:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"--scaling {text!r} is not JSON: {error}") from error
-        if not isinstance(value, dict):
-            raise UsageError(f"--scaling {text!r} must be a JSON object (an HF rope_scaling dict)")
-        out.append(value)
-    return out
+    return [parse_json_object(text, "--scaling", what="a JSON object (an HF rope_scaling dict)") for text in texts]
 
 
 def rope_decay_curves(dim, max_distance, *, base=10000.0, scaling=None, backend="numpy"):
