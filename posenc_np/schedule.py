@@ -139,6 +139,15 @@ MLA_ALWAYS_INTERLEAVED = {
     "longcat_flash": "longcat_flash/modeling_longcat_flash.py:415 LongcatFlashMLA",
     "bailing_hybrid": "bailing_hybrid/modeling_bailing_hybrid.py:395",
     "axk2": "axk2/modeling_axk2.py:605",
+    "deepseek_v4": "deepseek_v4/modeling_deepseek_v4.py:353-370 apply_rotary_pos_emb (interleaved pairs of the "
+                   "trailing rope slice)",
+}
+# Families whose nested rope_parameters are keyed by rope labels, not layer types: model_type ->
+# (label per layer type, the label of every other type, source).
+ROPE_TYPE_LABELS = {
+    "deepseek_v4": ({"sliding_attention": "main"}, "compress",
+                    "deepseek_v4/modeling_deepseek_v4.py:787 DeepseekV4Attention: rope_layer_type = 'main' if "
+                    "sliding_attention else 'compress' (the compress_rope_theta rotary of CSA / HCA layers)"),
 }
 # transformers-4 keys of families whose RoPE differs by layer type, as each `configuration_*.py`
 # `convert_rope_params_to_dict` moves them into v5's nested `rope_parameters`: model_type ->
@@ -184,7 +193,8 @@ CONFIG_ATTRIBUTE_MAPS = {
 }
 # Keys of the multimodal configs that hold the decoder's settings (first match wins).
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
-ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention")
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention",
+                         "compressed_sparse_attention", "heavily_compressed_attention")
 # Layer types that hold no attention (hence no positions): recurrent / convolution mixers.
 NON_ATTENTION_LAYER_TYPES = ("linear_attention", "conv", "mamba")
 # Position keys this reader interprets; any other config key naming rope/rotary positions is refused.
@@ -193,7 +203,7 @@ KNOWN_POSITION_KEYS = frozenset({
     "rotary_emb_base", "qk_rope_head_dim", "qk_nope_head_dim", "rope_interleave", "no_rope_layers",
     "no_rope_layer_interval", "layer_types", "sliding_window_pattern", "_sliding_window_pattern",
     "rope_local_base_freq", "global_rope_theta", "local_rope_theta", "layer_rope_theta", "rope_scaling_layers",
-    "global_attn_every_n_layers",
+    "global_attn_every_n_layers", "compress_rope_theta",
 })
 # Substrings that mark a key as positional (checked against KNOWN_POSITION_KEYS).
 _POSITION_MARKERS = ("rope", "rotary", "nope", "mrope", "xdrope")
@@ -221,6 +231,9 @@ def decoder_config(cfg: dict) -> dict:
     for alias, source in CONFIG_ATTRIBUTE_MAPS.get(cfg.get("model_type"), {}).items():
         if cfg.get(alias) is None and cfg.get(source) is not None:
             cfg = {**cfg, alias: cfg[source]}
+    if cfg.get("model_type") == "deepseek_v4" and cfg.get("qk_rope_head_dim") is None and cfg.get("head_dim") \
+            and cfg.get("partial_rotary_factor"):  # configuration_deepseek_v4.py:290 derives the rope slice
+        cfg = {**cfg, "qk_rope_head_dim": int(cfg["head_dim"] * cfg["partial_rotary_factor"])}
     return cfg
 
 
@@ -258,6 +271,8 @@ def _rope_parameters(cfg: dict, model_type, where: str):
     if not isinstance(params, Mapping):
         raise ValueError(f"{where}: rope_parameters={params!r} must be a dict")
     params = copy.deepcopy(dict(params))
+    if model_type in ROPE_TYPE_LABELS and not {"main", "compress"} <= set(params):
+        return _deepseek_v4_labels(cfg, params, where)
     if model_type in V4_LAYER_TYPE_KEYS and cfg.get("rope_parameters") is None:
         (full_key, full_default), (local_key, local_default), scaled = V4_LAYER_TYPE_KEYS[model_type]
         flat = {k: v for k, v in params.items() if k not in ("rope_theta",)}
@@ -269,6 +284,21 @@ def _rope_parameters(cfg: dict, model_type, where: str):
                                   "rope_theta": default if value is None else value}
         return nested
     return params
+
+
+def _deepseek_v4_labels(cfg: dict, flat: dict, where: str) -> dict:
+    """DeepSeek-V4 from a flat dict (configuration_deepseek_v4.py): `main` = default RoPE at `rope_theta`,
+    `compress` = the flat dict (YaRN with `attention_factor` 1.0 unless given) at `compress_rope_theta`."""
+    if cfg.get("compress_rope_theta") is None or cfg.get("rope_theta") is None:
+        raise ValueError(f"{where}: a flat rope dict needs rope_theta and compress_rope_theta (the compressed "
+                         "layers' base); no default base is assumed")
+    fraction = {} if cfg.get("partial_rotary_factor") is None else {"partial_rotary_factor": cfg["partial_rotary_factor"]}
+    kind = flat.get("rope_type") or flat.get("type") or "default"
+    compress = {**{k: v for k, v in flat.items() if k not in ("rope_theta", "type")}, "rope_type": kind,
+                "rope_theta": cfg["compress_rope_theta"], **fraction}
+    if kind == "yarn":
+        compress.setdefault("attention_factor", 1.0)
+    return {"main": {"rope_type": "default", "rope_theta": cfg["rope_theta"], **fraction}, "compress": compress}
 
 
 def _layer_rope_theta(cfg: dict, num_layers: int, where: str):
@@ -520,7 +550,13 @@ def rope_schedule_from_hf_config(config) -> list:
         if model_type in ROPE_ONLY_ON_SLIDING and layer_type != "sliding_attention":
             schedule.append(None)
             continue
-        if nested:
+        if nested and model_type in ROPE_TYPE_LABELS:
+            labels, other, _ = ROPE_TYPE_LABELS[model_type]
+            layer_params = params.get(labels.get(layer_type, other))
+            if layer_params is None:
+                raise ValueError(f"{where}: rope_parameters has no {labels.get(layer_type, other)!r} entry for layer "
+                                 f"type {layer_type!r} (has {sorted(params)})")
+        elif nested:
             if layer_type not in params:
                 raise ValueError(f"{where}: rope_parameters has no entry for layer type {layer_type!r} "
                                  f"(has {sorted(params)})")

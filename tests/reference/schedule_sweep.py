@@ -146,6 +146,23 @@ def _layer_rotary(cls, config, index):
     return cls(config), ()
 
 
+def _rope_label(module, config, index, layer_type):
+    """The key the model passes as `layer_type` to its rotary module at layer `index`: the layer type, or, for
+    configs whose rope_parameters are keyed by rope labels (`_rope_type_labels`, DeepSeek-V4), the
+    `rope_layer_type` of the family's attention module built for that layer (on the meta device)."""
+    if not getattr(config, "_rope_type_labels", None):
+        return layer_type
+    import torch
+
+    attention = next((v for k, v in vars(module).items() if k.endswith("Attention") and isinstance(v, type)
+                      and "rope_layer_type" in inspect.getsource(v.__init__)), None)
+    if attention is None:  # labels that are layer types (LFM3): the model passes its layer type
+        return layer_type
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return attention(config, index).rope_layer_type
+
+
 def _multi_axis_module(rotary, layer_type, config):
     """Does the module take `[3, batch, seq]` ids and give each axis its own pairs? (Then a schedule entry without
     `mrope_section` would silently be 1-D.)"""
@@ -211,7 +228,7 @@ def compare_schedule(schedule, config):
                 rotary, variant = _layer_rotary(cls, config, i)
         except Exception as error:  # noqa: BLE001
             return "mismatch", f"read, but {cls.__name__}(config) fails: {type(error).__name__}: {error}"[:300]
-        key = types[i]
+        key = _rope_label(module, config, i, types[i])
         if (key, variant) in seen:
             if seen[key, variant] != entry:
                 return "mismatch", f"layer type {key!r} has two different entries"

@@ -137,6 +137,14 @@ MORE = {
                        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
                                                                  "mrope_section": [16, 24, 24]},
                                            "full_attention": {"rope_type": "default", "rope_theta": 2000000.0}}},
+    # DeepSeek-V4: a flat yarn dict for the compressed layers at compress_rope_theta, plain RoPE on sliding ones
+    "deepseek-v4": {"model_type": "deepseek_v4", "hidden_size": 64, "head_dim": 64, "num_attention_heads": 2,
+                    "num_key_value_heads": 1, "num_hidden_layers": 3, "partial_rotary_factor": 0.25,
+                    "max_position_embeddings": 1048576, "rope_theta": 10000.0, "compress_rope_theta": 160000.0,
+                    "rope_scaling": {"type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536,
+                                     "beta_fast": 32, "beta_slow": 1},
+                    "layer_types": ["sliding_attention", "compressed_sparse_attention",
+                                    "heavily_compressed_attention"]},
     # Molmo2: the scaled rotary only on the listed layers
     "molmo2": {"model_type": "molmo2_text", "hidden_size": 64, "head_dim": 16, "num_attention_heads": 4,
                "num_hidden_layers": 4,
@@ -403,3 +411,23 @@ def test_indexer_rope_equals_hf_indexer(name, config, apply_name, monkeypatch):
     assert main["layout"] == "interleaved" and entry["layout"] == ("half" if name == "deepseek_v32" else "interleaved")
     if name == "glm_moe_dsa":
         assert entries[1] is None  # "shared": the layer reuses the previous top-k
+
+
+def test_deepseek_v4_main_and_compress_rotaries_equal_hf_on_the_trailing_slice():
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as v4
+
+    config = MORE["deepseek-v4"]
+    hf = _hf(config)
+    schedule = pn.rope_schedule_from_hf_config(config)
+    assert [e["base"] for e in schedule] == [1e4, 1.6e5, 1.6e5]
+    assert schedule[0]["scaling"] is None and schedule[1]["scaling"]["attention_factor"] == 1.0
+    rotary = v4.DeepseekV4RotaryEmbedding(hf)
+    rng = np.random.default_rng(0)
+    positions = np.arange(16) * 9  # float32 angles in HF: small positions keep its error below 1e-5
+    q = rng.standard_normal((1, 16, 2, 64))
+    for entry, label in ((schedule[0], "main"), (schedule[1], "compress")):
+        with torch.no_grad():
+            cos, sin = rotary(torch.zeros(1, 16, 8), torch.tensor(positions)[None], layer_type=label)
+            want = v4.apply_rotary_pos_emb(torch.tensor(q, dtype=torch.float32), cos, sin, unsqueeze_dim=2)
+        ours = pn.apply_mla_rope(q, q[..., :1, -16:], positions[:, None], qk_nope_head_dim=48, **entry)[0]
+        np.testing.assert_allclose(ours, want.double().numpy(), rtol=1e-4, atol=1e-4)
