@@ -8,9 +8,9 @@ tensors or norms only handles F32 tensors"); every other tensor takes the reques
 quantizer refuses (its rows are not a whole number of blocks: `gguf.QuantError`) falls back to F16, as the
 converter does. The quantizers are the `gguf` package's own (`gguf.quants.quantize`, gguf-py 0.19), which
 implement ggml's reference `quantize_row_*_ref`; the file type is `general.file_type`
-(`gguf.LlamaFileType`). Of the converter's own `--outtype` choices (f32, f16, bf16, q8_0, tq1_0, tq2_0, auto) posenc takes the first
-four (the ternary types are for ternary-trained models) and also writes
-q4_0, q4_1, q5_0 and q5_1, which `gguf.quants` implements; it writes every 2-D weight in that type (as
+(`gguf.LlamaFileType`). Of the converter's own `--outtype` choices (f32, f16, bf16, q8_0, tq1_0, tq2_0,
+auto) posenc takes the first four (the ternary types are for ternary-trained models) and also writes q4_0,
+q4_1, q5_0 and q5_1, which `gguf.quants` implements; it writes every 2-D weight in that type (as
 `llama-quantize --pure`), since the K-quants `llama-quantize` mixes in (Q6_K for `output.weight`...) have no
 quantizer in gguf-py 0.19 (`quantize` raises NotImplementedError for them).
 
