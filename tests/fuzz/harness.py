@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 import posenc_np as pn
-from fuzz_table import BF16, ENTRIES, NonContiguous, build, known_bug, spec_array, tol_for
+from fuzz_table import BF16, ENTRIES, NonContiguous, known_bug, spec_array, tol_for
 from posenc_np.testing import compare
 
 ALLOWED = (ValueError, TypeError)
