@@ -10,6 +10,9 @@ Families (`posenc check --encoding schedule,temperature,mla`):
   - "gemma3", "gemma4", "cohere2": the whole schedule, one output per layer (a NoPE layer returns its input):
     Gemma 4's global layers use `proportional` (partial_rotary_factor 0.25) on a wider head (per_layer_config
     head_dim 32, sliding 16), Cohere2 rotates interleaved pairs on sliding layers only;
+  - "gemma3-shipped", "granite-swa", "ministral3": configs as checkpoints ship them (Gemma 3's transformers-4
+    keys `rope_local_base_freq` / `rope_scaling` / `sliding_window_pattern`; Granite SWA's `layer_rope_theta`
+    with a NoPE layer; Ministral 3's YaRN whose rotated queries every layer scales by `llama_4_scaling`);
   - "llama4-nope-temperature": Llama 4 (`no_rope_layers` [1, 1, 1, 0], interleaved llama3 scaling with
     low_freq_factor == high_freq_factor, Scout's), RoPE on layers 0-2 and on layer 3 the queries times
     `llama4_attn_scale` (`attn_temperature_tuning`). float32 only: the temperature is float32 in every
@@ -62,6 +65,21 @@ CONFIGS = {
                "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                       "rope_theta": 1e6}}},
+    # Gemma 3 as its config.json ships: transformers-4 keys (the global base and scaling at the top level, the
+    # sliding base in rope_local_base_freq, the layer types from sliding_window_pattern)
+    "gemma3-shipped": {"model_type": "gemma3_text", "num_hidden_layers": 4, "head_dim": 16, "sliding_window_pattern": 2,
+                       "max_position_embeddings": 131072, "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
+                       "rope_scaling": {"factor": 8.0, "rope_type": "linear"}},
+    # Granite SWA: one base per layer, 0 = no RoPE
+    "granite-swa": {"model_type": "granitemoe_swa", "num_hidden_layers": 4, "head_dim": 16, "rope_theta": 1e4,
+                    "layer_rope_theta": [10000.0, 50000.0, 10000.0, 0],
+                    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]},
+    # Ministral 3: YaRN with the query scale llama_4_scaling_beta on every layer
+    "ministral3": {"model_type": "ministral3", "num_hidden_layers": 2, "head_dim": 16, "max_position_embeddings": 262144,
+                   "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0,
+                                       "original_max_position_embeddings": 16384, "max_position_embeddings": 262144,
+                                       "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                       "llama_4_scaling_beta": 0.1}},
     "cohere2": {"model_type": "cohere2", "num_hidden_layers": 4, "head_dim": 16,
                 "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
                 "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
@@ -134,7 +152,12 @@ def _layers(m, *xs_and_positions, config):
             outs.append(x)
             continue
         x = next(x for x in xs if x.shape[-1] == entry["rotary_dim"])
-        outs.append(m.apply_rope(x, positions, **entry))
+        out = m.apply_rope(x, positions, **entry)
+        params = config.get("rope_parameters") or {}
+        if params.get("llama_4_scaling_beta") is not None:  # Ministral 3: every layer's rotated queries scaled
+            out = out * m.llama_4_scaling(positions, beta=params["llama_4_scaling_beta"], original_max_position_embeddings=
+                                          params["original_max_position_embeddings"])[..., None]
+        outs.append(out)
     return tuple(outs)
 
 
@@ -184,6 +207,9 @@ _schedule_case("gemma3", JIT)
 _schedule_case("gemma4", EAGER)
 _schedule_case("cohere2", EAGER)
 _schedule_case("llama4", JIT, dtypes=("float32",))
+_schedule_case("gemma3-shipped", JIT)
+_schedule_case("granite-swa", EAGER)
+_schedule_case("ministral3", JIT, dtypes=("float32",))
 
 
 # --- temperature ------------------------------------------------------------------------------------------
