@@ -199,3 +199,19 @@ def test_gemma3_embedding_scale_is_bfloat16_in_mlx_lm(tmp_path):
     print(f"gemma3 hidden 48: {differs.max_abs_err:.3g} (tol {differs.atol:.3g}); bfloat16 scale in transformers: "
           f"{agrees.max_abs_err:.3g}")
     assert not differs.passed and agrees.passed and agrees.max_abs_err < differs.max_abs_err / 100
+
+
+@pytest.mark.parametrize("rope_parameters, context", [
+    ({"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}, 512),
+    ({"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}, 64),  # SEQ past the context: the base grows
+    ({"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 64}, 256),
+])
+def test_other_scalings_mlx_lm_computes_as_transformers(tmp_path, rope_parameters, context):
+    """The scalings posenc's mlx reading calls equal (YaRN without attention_factor / truncate) are ported, and
+    mlx-lm's logits equal transformers' on them."""
+    model = _save("llama", tmp_path / "hf", rope_parameters=rope_parameters, max_position_embeddings=context)
+    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-llama-to-mlx") == 0
+    desired = _hf_logits(model)
+    result = compare(_mlx_logits(tmp_path / "mlx"), desired, _tolerance(desired))
+    print(f"llama {rope_parameters['rope_type']}: max |mlx-lm - transformers| = {result.max_abs_err:.3g}")
+    assert result.passed, result.message
