@@ -127,12 +127,16 @@ FINDINGS = (
              "where `sector % 3 == 1 && sector < 3 s_h` (2, `3 s_w`), and the 4th stream everywhere else; HF's "
              "Qwen3-VL (`apply_interleaved_mrope`) starts every pair at T and overwrites only the H and W slots. "
              "With `[24, 20, 20]` (64 pairs) pairs 61 and 62 read the 4th stream, which llama.cpp sets to 0 for "
-             "text: they are never rotated (HF turns them by T; at base 5e6 about 0.013 rad at 32k). Any section "
-             "with `s_t < max(s_h, s_w)` has such pairs (`[2, 3, 3]`: pair 6). Qwen3.5's `[11, 11, 10]` has none.",
-     "reproduction": "sections = (ctypes.c_int * 4)(24, 20, 20, 0)\n"
-                     "out = ggml_rope_multi(ctx, x, pos4, None, 128, sections, GGML_ROPE_TYPE_IMROPE, 0, 5e6, 1, 0, 1, 32, 1)\n"
-                     "# vs posenc_np.apply_rope(x, pos3, base=5e6, mrope_section=[24, 20, 20], mrope_interleaved=True):\n"
-                     "# equal except channels 61, 62 (and 125, 126), which are x itself when pos4's 4th stream is 0"},
+             "text: they are never rotated (HF turns them by T; at base 5e6 about 0.013 rad at 32k). A pair `j` "
+             "falls through whenever `j` is past 3x its residue's part (`j % 3 == 0` and `j >= 3 s_t`, and so on): "
+             "`[2, 3, 3]` has pair 6 too; Qwen3.5's `[11, 11, 10]` has none.",
+     "reproduction": "from posenc.impl.builtin.ggml import apply_rope  # one ggml_rope_multi node, 4th stream 0\n"
+                     "x = np.random.default_rng(0).standard_normal((1, 1, 4, 128)).astype(np.float32)\n"
+                     "pos = np.tile(np.arange(100000, 100004), (3, 1))  # text: the same id on every axis\n"
+                     "kw = dict(base=5e6, mrope_section=[24, 20, 20], mrope_interleaved=True)  # -> GGML_ROPE_TYPE_IMROPE\n"
+                     "y, want = apply_rope(x, pos, **kw), posenc_np.apply_rope(x.astype(np.float64), pos, **kw)\n"
+                     "pairs = [61, 62, 125, 126]\n"
+                     "print(np.array_equal(y[..., pairs], x[..., pairs]), abs(want - x)[..., pairs].max())  # True 0.063"},
     {"implementation": "vllm", "title": "the CPU rotary_embedding op reads past its cache without a check",
      "text": "`forward_cpu` (vLLM's C++ `rotary_embedding`) indexes `cos_sin_cache` with the positions as given: "
              "positions at or past `max_position`, and negative ones, return garbage (finite huge values or "
