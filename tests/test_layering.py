@@ -5,7 +5,9 @@
 * posenc_np imports NumPy, ml_dtypes, the standard library and itself, nothing else;
 * a backend imports its own framework(s), NumPy, ml_dtypes, the standard library, posenc_np and itself:
   never another backend, never posenc;
-* posenc may import anything;
+* posenc imports the spec, the backends and the standard library; a framework (torch, tensorflow, jax, mlx,
+  onnx, ...) only in `posenc/adapters.py` and the paths `posenc.adapters.FRAMEWORK_CODE` lists with their
+  reasons (`test_only_the_adapters_and_the_listed_framework_code_import_a_framework`);
 * inside each package, imports point one way too: no import cycle (`test_no_import_cycle_inside_a_package`),
   and inside posenc no module imports another module's private (`_name`) name
   (`test_no_private_name_is_imported_across_modules_of_the_application`).
