@@ -497,9 +497,6 @@ def load_hf_config(config) -> dict:
     return copy.deepcopy(dict(config))
 
 
-_load_config = load_hf_config  # the name the application's modules still import
-
-
 def scaling_from_hf_config(config) -> dict:
     """`dict(base=..., rotary_dim=..., scaling=...)` for `apply_rope` from a Hugging Face model config.
 
