@@ -215,3 +215,18 @@ def test_other_scalings_mlx_lm_computes_as_transformers(tmp_path, rope_parameter
     result = compare(_mlx_logits(tmp_path / "mlx"), desired, _tolerance(desired))
     print(f"llama {rope_parameters['rope_type']}: max |mlx-lm - transformers| = {result.max_abs_err:.3g}")
     assert result.passed, result.message
+
+
+def test_a_config_without_rope_theta_is_refused(tmp_path, capsys):
+    """A v4 config.json with rope_scaling but no rope_theta: mlx-lm would run its ModelArgs default (qwen2: 1e6), and
+    no base is assumed for it."""
+    _save("qwen2", tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    config = json.loads(path.read_text())
+    del config["rope_parameters"]
+    config["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
+    path.write_text(json.dumps(config))
+    capsys.readouterr()
+    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-qwen2-to-mlx") == 2
+    assert "no rope_theta" in capsys.readouterr().err
+    assert not (tmp_path / "mlx").exists()

@@ -70,18 +70,16 @@ class MlxFamily:
     Attributes:
         model_type: HF `model_type` (also mlx-lm's module name, `mlx_lm/models/<model_type>.py`).
         activation: the config key and value of the only MLP activation mlx-lm's class computes.
-        reads_traditional: the class passes the config's `rope_traditional` to `initialize_rope`.
     """
 
     model_type: str
     activation: tuple
-    reads_traditional: bool
 
 
 MLX_FAMILIES = {
-    "llama": MlxFamily("llama", ("hidden_act", "silu"), True),
-    "qwen2": MlxFamily("qwen2", ("hidden_act", "silu"), True),
-    "gemma3": MlxFamily("gemma3_text", ("hidden_activation", "gelu_pytorch_tanh"), False),
+    "llama": MlxFamily("llama", ("hidden_act", "silu")),
+    "qwen2": MlxFamily("qwen2", ("hidden_act", "silu")),
+    "gemma3": MlxFamily("gemma3_text", ("hidden_activation", "gelu_pytorch_tanh")),
 }
 
 
@@ -158,7 +156,7 @@ def mlx_lm_config(config, family: MlxFamily, what="hf-to-mlx") -> dict:
                    sliding_window_pattern=_gemma_pattern(config, what))
         scaling = _scaling_dict(full, what)
     else:
-        if params.get("rope_theta") is None:
+        if params.get("rope_theta") is None:  # mlx-lm would take its ModelArgs default (qwen2: 1e6)
             _fail(what, "config.json names no rope_theta; mlx-lm would take its ModelArgs default")
         out.update(rope_theta=float(params["rope_theta"]), rope_traditional=False)
         scaling = _scaling_dict(params, what)
@@ -189,9 +187,13 @@ def _layer_fields(hf, mlx):
 
 def mlx_reading_differences(hf_config, mlx_config) -> list:
     """Where mlx-lm's reading of `mlx_config` (`runtime_spec(mlx_config, "mlx")`) differs from transformers'
-    reading of `hf_config` (`read_hf_config`): `["layer i: fields (mlx-lm: finding; ...)"]`, empty when the
-    frequencies, attention scale and layout agree in float64 on every layer. A reading mlx-lm raises on is one
-    entry with its message."""
+    reading of `hf_config` (`read_hf_config`): `["layers 0,1: turns differ", ..., "mlx-lm: its findings"]`, empty
+    when the frequencies (rtol 1e-12), attention scale and layout agree on every layer. A written config mlx-lm's
+    reading raises on is one entry with its message.
+
+    Raises:
+        ValueError: transformers' reading of `hf_config` fails (`read_hf_config`).
+    """
     try:
         mlx = runtime_spec(mlx_config, "mlx", source="written config.json")
     except ValueError as error:
@@ -252,13 +254,13 @@ def hf_to_mlx(family_name, reader, options):
     config = config_beside(reader, what)
     if config.get("model_type") != family.model_type:
         _fail(what, f"ports model_type {family.model_type!r}; config.json says {config.get('model_type')!r}")
+    layers = schedule(config, what)  # transformers' reading; a config it refuses is a UsageError here
     mlx_config = mlx_lm_config(config, family, what)
     diffs = mlx_reading_differences(config, mlx_config)
     if diffs:
         _fail(what, f"mlx-lm {MLX_LM_VERSION} would read the written config.json as other RoPE settings: "
               + "; ".join(diffs))
     count, kv, head_dim = heads(config)
-    layers = schedule(config, what)
     if any(e is None or e["rotary_dim"] != head_dim for e in layers):
         _fail(what, "a NoPE or partially rotated layer; mlx-lm builds RoPE over the whole head on every layer")
     if family.model_type == "qwen2":
