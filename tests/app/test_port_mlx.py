@@ -230,3 +230,21 @@ def test_a_config_without_rope_theta_is_refused(tmp_path, capsys):
     assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-qwen2-to-mlx") == 2
     assert "no rope_theta" in capsys.readouterr().err
     assert not (tmp_path / "mlx").exists()
+
+
+def test_a_transformers_4_gemma3_config_ports(tmp_path):
+    """A transformers 4 Gemma 3 config.json (top-level rope_theta, rope_local_base_freq, rope_scaling,
+    sliding_window_pattern, no layer_types) gives the same mlx-lm logits as transformers' from_pretrained of it."""
+    _save("gemma3", tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    config = json.loads(path.read_text())
+    for key in ("rope_parameters", "layer_types"):
+        del config[key]
+    config.update(rope_theta=1e6, rope_local_base_freq=1e4, rope_scaling={"rope_type": "linear", "factor": 4.0},
+                  sliding_window_pattern=2)
+    path.write_text(json.dumps(config))
+    model = transformers.Gemma3ForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert model.config.layer_types == ["sliding_attention", "full_attention"] * 2
+    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-gemma3-to-mlx") == 0
+    desired = _hf_logits(model)
+    assert compare(_mlx_logits(tmp_path / "mlx"), desired, _tolerance(desired)).passed

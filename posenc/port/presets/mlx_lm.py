@@ -109,8 +109,9 @@ def _gemma_pattern(config, what):
     `(i + 1) % n == 0`), n <= num_hidden_layers; UsageError when none does."""
     layers = int(config["num_hidden_layers"])
     types = config.get("layer_types")
-    if types is None:
-        return int(config.get("sliding_window_pattern") or 6)
+    if types is None:  # a v4 config: the pattern itself (transformers' default 6)
+        types = ["sliding_attention" if (i + 1) % int(config.get("sliding_window_pattern") or 6) else "full_attention"
+                 for i in range(layers)]
     for n in range(1, layers + 1):
         if all((t == "sliding_attention") == ((i + 1) % n != 0) for i, t in enumerate(types)):
             return n
