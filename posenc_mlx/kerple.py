@@ -6,8 +6,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from posenc_np._modules import KERPLEConfig
-from posenc_np._validate import check_positive_int
-from posenc_np.kerple import check_kerple_params, sandwich_head_scale, sandwich_inv_freq
+from posenc_np.kerple import check_kerple_params, check_sandwich_args, sandwich_head_scale, sandwich_inv_freq
 
 from ._common import as_tensor, bind_config, is_integer, position_pair, resolve_dtype, spec_constant
 
@@ -37,8 +36,8 @@ def kerple_bias(r1, r2, q_positions, k_positions, *, kernel="log"):
 
 def sandwich_bias(num_heads, q_positions, k_positions, *, dim, base=10000.0, dtype=None):
     """`[..., heads, q, k]` Sandwich bias; see `posenc_np.sandwich_bias`. float32 cosines, cast to `dtype`."""
-    num_heads = check_positive_int("num_heads", num_heads)
-    inv_freq = spec_constant(("sandwich", dim, float(base)), lambda: sandwich_inv_freq(dim, base=base))
+    num_heads, dim, base = check_sandwich_args(num_heads, dim, base)
+    inv_freq = spec_constant(("sandwich", dim, base), lambda: sandwich_inv_freq(dim, base=base))
     head_scale = spec_constant(("sandwich_heads", num_heads), lambda: sandwich_head_scale(num_heads))
     q, k = position_pair(q_positions, k_positions, integer=False)
     relative = _distance32(q, k, absolute=False)[..., 0, :, :]
@@ -59,7 +58,7 @@ class KERPLEBias(nn.Module):
 
     def __call__(self, q_positions, k_positions):
         r1 = mx.maximum(self.r1, self.eps)
-        r2 = mx.clip(self.r2, self.eps, 2.0) if self.kernel == "power" else mx.maximum(self.r2, self.eps)
+        r2 = mx.clip(self.r2, self.eps, self.config.r2_max)
         return kerple_bias(r1, r2, q_positions, k_positions, kernel=self.kernel)
 
     def _extra_repr(self):
