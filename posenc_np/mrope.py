@@ -52,6 +52,7 @@ __all__ = [
     "MROPE_FREQUENCIES",
     "resolve_mrope_section",
     "resolve_mrope_axes",
+    "mrope_interleaved_axes",
     "mrope_axis_of_pair",
     "mrope_frequency_order",
     "mrope_channel_axes",
@@ -115,6 +116,22 @@ def resolve_mrope_axes(mrope_axes, rotary_dim: int) -> np.ndarray:
     if len(axes) != pairs or any(isinstance(a, bool) or not isinstance(a, numbers.Integral) or a < 0 for a in axes):
         raise ValueError(f"mrope_axes must hold rotary_dim // 2 = {pairs} axis indices >= 0, got {axes}")
     return np.asarray(axes, dtype=np.int64)
+
+
+def mrope_interleaved_axes(section, pairs: int) -> list:
+    """HF's Qwen3-VL pair -> axis map over `pairs` pairs, whatever the section sums to: pair `j` takes axis
+    `a >= 1` when `j % A == a` and `j < A * section[a]`, else axis 0 (`recomposition_frequencies` of
+    transformers 5.24 `qwen3_5/modeling_qwen3_5.py`: slices `slice(a, 3 * section[a], 3)` over every pair).
+
+    Example:
+        >>> mrope_interleaved_axes([1, 1, 1], 6)
+        [0, 1, 2, 0, 0, 0]
+    """
+    axes = [0] * pairs
+    for a in range(1, len(section)):
+        for j in range(a, min(pairs, len(section) * section[a]), len(section)):
+            axes[j] = a
+    return axes
 
 
 def mrope_axis_of_pair(section, interleaved: bool = False) -> np.ndarray:

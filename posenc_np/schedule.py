@@ -49,6 +49,7 @@ from __future__ import annotations
 import copy
 from typing import Mapping
 
+from .mrope import mrope_interleaved_axes
 from .rope import (
     _MROPE_AXES_DEFAULTS,
     _MROPE_MODEL_DEFAULTS,
@@ -446,7 +447,7 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
     if mrope.get("mrope_interleaved") and sum(mrope["mrope_section"]) != rotary_dim // 2:
         # Qwen3-VL's interleave slices `j < 3 * s_a` over every rotary pair; a section that covers fewer pairs
         # leaves the rest on axis 0 (modeling_qwen3_5.py recomposition_frequencies): an explicit table says it
-        mrope = dict(mrope_axes=_interleaved_axes(mrope["mrope_section"], rotary_dim // 2))
+        mrope = dict(mrope_axes=mrope_interleaved_axes(mrope["mrope_section"], rotary_dim // 2))
     if mrope:
         try:
             rope_plan(rotary_dim, base=float(base), scaling=scaling, layout=layout, **mrope)
@@ -457,16 +458,6 @@ def _entry(cfg: dict, params: dict, *, head_dim: int, layout: str, model_type, w
         interleaved = layout == "interleaved" or model_type in MLA_ALWAYS_INTERLEAVED or bool(cfg.get("rope_interleave"))
         entry["layout"] = "interleaved" if interleaved else "half"
     return entry
-
-
-def _interleaved_axes(section, pairs: int) -> list:
-    """HF's Qwen3-VL pair -> axis map over `pairs` pairs, whatever the section sums to: pair `j` takes axis
-    `a >= 1` when `j % A == a` and `j < A * section[a]`, else axis 0."""
-    axes = [0] * pairs
-    for a in range(1, len(section)):
-        for j in range(a, min(pairs, len(section) * section[a]), len(section)):
-            axes[j] = a
-    return axes
 
 
 def rope_schedule_from_hf_config(config) -> list:

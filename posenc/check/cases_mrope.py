@@ -22,9 +22,8 @@ import numpy as np
 
 from posenc_np._dtypes import numpy_dtype
 from posenc_np.conventions import conventions
-from posenc_np.mrope import mrope_position_ids
+from posenc_np.mrope import mrope_interleaved_axes, mrope_position_ids
 from posenc_np.rope import ernie_mrope_axes, resolve_rotary_dim, rope_plan
-from posenc_np.schedule import _interleaved_axes
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 from .registry import Case, register
 
@@ -141,7 +140,7 @@ mrope_case("per-axis-yarn", "long", {"mrope_section": SMALL_SECTION, "mrope_freq
 AXES_TABLES = {
     "ernie4.5-vl": ({"layout": "interleaved", "base": 500000.0, "mrope_axes": ernie_mrope_axes([22, 22, 20])}, 128),
     "qwen3.5-short-section": ({"layout": "half", "base": 10000000.0,
-                               "mrope_axes": _interleaved_axes([11, 11, 10], 64)}, 128),
+                               "mrope_axes": mrope_interleaved_axes([11, 11, 10], 64)}, 128),
 }
 for _name, (_params, _head_dim) in AXES_TABLES.items():
     for _set in ("short", "long", "text-image-video"):
