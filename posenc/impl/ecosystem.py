@@ -1,8 +1,9 @@
 """The ecosystem table: every installed built-in `--impl` adapter run through the RoPE registry, one dated
-JSON and the Markdown page generated from it (docs/ecosystem.md).
+JSON and the two pages generated from it: the table with failures and findings (docs/ecosystem.md) and the
+documentation site's coloured scoreboard (docs/scoreboard.md).
 
     python -m posenc.impl.ecosystem [--json docs/ecosystem.json] [--markdown docs/ecosystem.md]
-                                    [--from-json FILE] [--impl NAME ...] [--merge]
+                                    [--scoreboard docs/scoreboard.md] [--from-json FILE] [--impl NAME ...] [--merge]
 
 Each built-in runs in its own process (`posenc check --impl NAME --encoding rope --json ...`): a library
 may set process state (Triton's interpreter) or abort the process (a failed GGML_ASSERT), and one must not
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import html
 import json
 import os
 import platform
@@ -42,6 +44,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..check.html import ERR_TOL_FLOOR, cell_colour
 from ..io import write_atomic
 
 __all__ = ["COLUMNS", "INSTALL", "FINDINGS", "column_of", "collect", "merge", "render_markdown", "main"]
@@ -430,11 +433,59 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cell_status(cell: dict) -> str:
+    ran = cell["pass"] + cell["fail"] + cell["error"]
+    return "error" if cell["error"] else "fail" if cell["fail"] else "pass" if ran else "skip"
+
+
+def _cell_html(cell: dict) -> str:
+    status = _cell_status(cell)
+    colour = cell_colour(status, ERR_TOL_FLOOR if status == "pass" else None)
+    text = html.escape(_cell_text(cell).replace("**", ""))
+    why = html.escape(cell.get("skip_reason") or "", quote=True) if status == "skip" else ""
+    return (f'<td data-status="{status}" style="background:{colour}"' + (f' title="{why}"' if why else "")
+            + f">{text}</td>")
+
+
+def render_scoreboard(report: dict) -> str:
+    """docs/scoreboard.md, the site's scoreboard page: the table of docs/ecosystem.md from the same JSON, one
+    coloured cell per implementation and column (the colours of `posenc check --html`), with each
+    implementation's version and the date it ran."""
+    cols = report["columns"]
+    head = "".join(f'<th title="{html.escape(c["what"], quote=True)}">{html.escape(c["title"])}</th>' for c in cols)
+    rows = []
+    for e in report["implementations"]:
+        if not e.get("installed") or e.get("run_error"):
+            continue
+        cells = "".join(_cell_html(e["cells"][c["key"]]) for c in cols)
+        rows.append(f"<tr><th>{html.escape(e['name'])}</th><td>{html.escape(str(e['version']))}</td>"
+                    f"<td>{html.escape(e.get('generated', report['generated'])[:10])}</td>"
+                    f"<td>{html.escape(e['angles'])}</td>{cells}<td>{html.escape(_worst_text(e['worst_angle']))}</td>"
+                    "</tr>")
+    return "\n".join([
+        "# Scoreboard",
+        "",
+        f"Other libraries' RoPE implementations through `posenc check --impl`, generated {report['generated']} "
+        f"by `{report['command']}` from `docs/ecosystem.json`, the data of the [ecosystem table](ecosystem.md) "
+        "(its failures, findings with reproductions, and install recipes are there). Green: every comparison "
+        "of the column passed; red: some failed (the diagnosis in brackets); grey: nothing the implementation "
+        "can express (hover for the reason).",
+        "",
+        '<table class="scoreboard"><thead><tr><th>implementation</th><th>version</th><th>ran</th><th>angles</th>'
+        f"{head}<th>worst angle (f32)</th></tr></thead><tbody>",
+        *rows,
+        "</tbody></table>",
+        "",
+    ])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posenc.impl.ecosystem", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="the dated JSON written (default docs/ecosystem.json; with --from-json "
                                        "only when given)")
     parser.add_argument("--markdown", default="docs/ecosystem.md", help="the page written (docs/ecosystem.md)")
+    parser.add_argument("--scoreboard", default="docs/scoreboard.md",
+                        help="the site's scoreboard page written from the same JSON (docs/scoreboard.md)")
     parser.add_argument("--from-json", help="render the Markdown from this JSON instead of running")
     parser.add_argument("--impl", action="append", help="built-in names to run (default: all)")
     parser.add_argument("--merge", action="store_true",
@@ -460,7 +511,8 @@ def main(argv=None) -> int:
     if args.json:
         write_atomic(args.json, json.dumps(report, indent=1) + "\n", what="--json")
     write_atomic(args.markdown, render_markdown(report), what="--markdown")
-    print(f"wrote {args.markdown}" + (f" and {args.json}" if args.json else ""))
+    write_atomic(args.scoreboard, render_scoreboard(report), what="--scoreboard")
+    print(f"wrote {args.markdown}, {args.scoreboard}" + (f" and {args.json}" if args.json else ""))
     return 0
 
 

@@ -60,3 +60,20 @@ def test_site_pages_fetch_nothing_from_other_hosts_for_the_report(site):
         text = html.read_text()
         assert not re.search(r"<script[^>]+src=\"https?://", text), html
         assert "fonts.googleapis" not in text and "fonts.gstatic" not in text, html
+
+
+def test_ecosystem_pages_are_both_generated_from_the_one_json():
+    """`python -m posenc.impl.ecosystem` writes docs/ecosystem.md and the site's docs/scoreboard.md from
+    docs/ecosystem.json: re-rendering the committed JSON gives the committed pages."""
+    import json
+
+    from posenc.impl.ecosystem import FINDINGS, render_markdown, render_scoreboard
+
+    report = {**json.loads((ROOT / "docs" / "ecosystem.json").read_text()), "findings": list(FINDINGS)}
+    assert (ROOT / "docs" / "ecosystem.md").read_text() == render_markdown(report)
+    scoreboard = (ROOT / "docs" / "scoreboard.md").read_text()
+    assert scoreboard == render_scoreboard(report)
+    for entry in report["implementations"]:
+        if entry.get("installed") and not entry.get("run_error"):
+            ran = entry.get("generated", report["generated"])[:10]
+            assert f"<th>{entry['name']}</th><td>{entry['version']}</td><td>{ran}</td>" in scoreboard
