@@ -31,8 +31,8 @@ def _global_on_sliding(module):
 def _nope_rotated(module):
     original = module.rope_schedule_from_hf_config
 
-    def planted(config):
-        return original({key: value for key, value in config.items() if key != "no_rope_layers"})
+    def planted(config):  # read the other way round (dropping the key is no plant: HF's interval default gives it)
+        return original({**config, "no_rope_layers": [1 - flag for flag in config["no_rope_layers"]]})
     return "rope_schedule_from_hf_config", planted
 
 

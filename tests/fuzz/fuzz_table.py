@@ -456,6 +456,27 @@ def b_llama4_attn_scale(draw):
                            attn_scale=pick(draw, [0.1, 1.0], float("nan"), "a")), note=f"positions {kind}")
 
 
+
+def b_llama_4_scaling(draw):
+    p, kind = positions(draw, draw(st.sampled_from([(0,), (4,), (2, 3)])), high=70000)
+    return Call((p,), dict(beta=pick(draw, [0.1, 0.0, 1.0], float("nan"), "b"),
+                           original_max_position_embeddings=pick(draw, [16384, 8], 0, -1, 2.5)),
+                note=f"positions {kind}")
+
+
+def b_load_hf_config(draw):
+    cfg, skind = _hf_config(draw)
+    return Call((cfg,), note=f"scaling {skind}")
+
+
+def b_indexer_rope_schedule_from_hf_config(draw):
+    cfg = {"model_type": pick(draw, ["deepseek_v32", "glm_moe_dsa", "llama"], "bogus"), "num_hidden_layers": 2,
+           "hidden_size": 32, "num_attention_heads": 4, "qk_rope_head_dim": pick(draw, [8, 4], 3, 0),
+           "qk_nope_head_dim": 8, "index_head_dim": pick(draw, [16, 8], 7), "rope_theta": pick(draw, [1e4], -1.0)}
+    if _bad_allowed(draw, 0.1):
+        cfg = draw(st.sampled_from([None, [1, 2], 3]))
+    return Call((cfg,))
+
 # --- entries: biases ----------------------------------------------------------------------------------
 
 def _qk(draw, high=16):
@@ -894,6 +915,7 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
           also_names=CONFIG_FIELDS),
     Entry("apply_mla_rope", b_apply_mla_rope), Entry("mla_rope_permutation", b_mla_rope_permutation),
     Entry("mla_softmax_scale", b_mla_softmax_scale), Entry("llama4_attn_scale", b_llama4_attn_scale),
+    Entry("llama_4_scaling", b_llama_4_scaling),
     Entry("alibi_slopes", b_alibi_slopes), Entry("alibi_bias", b_alibi_bias), Entry("t5_bucket", b_t5_bucket),
     Entry("t5_bias", b_t5_bias), Entry("relative_embeddings", b_relative_embeddings), Entry("attention", b_attention),
     Entry("positions_from_cu_seqlens", b_positions_from_cu_seqlens), Entry("document_ids", b_document_ids),
@@ -918,6 +940,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     # spec-only names: fuzzed in the spec alone (a result, or ValueError/TypeError naming an argument)
     Entry("sinusoid_inv_freq", b_sinusoid_inv_freq), Entry("resize_weights", b_resize_weights),
     Entry("tolerance", b_tolerance), Entry("mrope_position_ids", b_mrope_position_ids),
+    Entry("load_hf_config", b_load_hf_config, also_names=CONFIG_FIELDS),
+    Entry("indexer_rope_schedule_from_hf_config", b_indexer_rope_schedule_from_hf_config, also_names=CONFIG_FIELDS),
 ]}
 
 #: Public names with no fuzz entry, and why.

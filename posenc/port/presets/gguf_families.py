@@ -502,8 +502,7 @@ def _gemma_config_from_gguf(family, md, config):
     window = md.get(f"{a}.attention.sliding_window")
     config["sliding_window"] = int(window) if window else None
     big = layers == (46 if a == "gemma2" else 62)
-    config["query_pre_attn_scalar"] = config["hidden_size"] // config["num_attention_heads"] if big else \
-        config["head_dim"]
+    config["query_pre_attn_scalar"] = config["hidden_size"] // hf_config.heads(config)[0] if big else config["head_dim"]
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         value = md.get(f"{a}.{key}")
         config[key] = float(value) if value is not None else None
