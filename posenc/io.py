@@ -189,7 +189,7 @@ def atomic_output(path, *, what: str = "output"):
 def write_atomic(path, content, *, what: str = "output") -> None:
     """Write `content` to `path` atomically: a `str` (UTF-8), `bytes`, or a callback `write(binary_file)`.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> target = os.path.join(tempfile.mkdtemp(), "report.json")
         >>> write_atomic(target, '{"passed": 3}\\n')
@@ -214,7 +214,7 @@ def parse_choices(values, allowed, flag: str, *, default=None) -> list | None:
     given) returns `default`. An unknown name, or a value that names nothing (`--backend ,`), is a
     UsageError naming it and the choices.
 
-    Example:
+    Examples:
         >>> parse_choices(["torch,jax", "tf", "jax"], ("torch", "tf", "jax"), "--backend")
         ['torch', 'jax', 'tf']
     """
@@ -235,7 +235,7 @@ def parse_json_object(text: str, flag: str, *, what: str = "a JSON object", allo
     """A command-line option's JSON text -> the dict it holds (None for `null` when `allow_null`); a
     UsageError naming the option and the text when it is not JSON or not an object (`what` says which).
 
-    Example:
+    Examples:
         >>> parse_json_object('{"rope_type": "linear", "factor": 2.0}', "--scaling")
         {'rope_type': 'linear', 'factor': 2.0}
     """

@@ -28,7 +28,7 @@ def alibi_slopes(num_heads) -> np.ndarray:
     Formula (Press et al.; n = num_heads):
         n a power of two:  m_h = 2 ** (-8 (h + 1) / n)          (a geometric sequence from 2**(-8/n))
         otherwise, with c = 2 ** floor(log2 n):
-                           slopes(c) followed by slopes(2c)[0::2][: n - c]
+                           `slopes(c)` followed by `slopes(2c)[0::2][: n - c]`
     so 8 heads give 1/2, 1/4, ..., 1/256 and 12 heads give the 8-head slopes then the odd-indexed
     ones of the 16-head sequence (2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5). MPT/llm-foundry's
     `gen_slopes(n, alibi_bias_max=8)` and BLOOM's `build_alibi_tensor` compute the same numbers.
@@ -46,7 +46,7 @@ def alibi_slopes(num_heads) -> np.ndarray:
         Press, Smith, Lewis, "Train Short, Test Long", 2021, arXiv:2108.12409;
         ofirpress/attention_with_linear_biases fairseq/models/transformer.py `get_slopes`.
 
-    Example:
+    Examples:
         >>> alibi_slopes(4).tolist()
         [0.25, 0.0625, 0.015625, 0.00390625]
     """
@@ -101,7 +101,7 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=N
         Press et al. 2021, arXiv:2108.12409; HF models/bloom/modeling_bloom.py `build_alibi_tensor`;
         HF models/mpt/modeling_mpt.py `build_mpt_alibi_tensor`.
 
-    Example:
+    Examples:
         >>> alibi_bias(2, np.arange(3), np.arange(3), form="causal")[0].tolist()
         [[-0.0, 0.0625, 0.125], [-0.0625, -0.0, 0.0625], [-0.125, -0.0625, -0.0]]
     """

@@ -58,7 +58,7 @@ def cope(query, attn_logits, pos_emb):
         x_transformers/x_transformers.py class `CoPE` (commit 9252ed7838021ee61e6c5be0930b3a9a88efdf06,
         default `soft_onehot=False`, no talking heads).
 
-    Example:
+    Examples:
         >>> cope(np.ones((2, 1)), np.array([[0.0, -1e9], [0.0, 0.0]]), np.array([[0.0], [1.0], [2.0]])).tolist()
         [[0.5, 0.0], [1.0, 0.5]]
     """

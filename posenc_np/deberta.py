@@ -78,7 +78,7 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
         arXiv:2006.03654; HF transformers models/deberta_v2/modeling_deberta_v2.py
         `make_log_bucket_position` (tested against the installed function).
 
-    Example:
+    Examples:
         >>> make_log_bucket_position(np.array([-300, -5, 0, 3, 4, 5, 40]), 8, 64).tolist()
         [-9, -5, 0, 3, 4, 5, 7]
     """
@@ -106,7 +106,7 @@ def build_relative_position(q_positions, k_positions, *, bucket_size=-1, max_pos
     Reference:
         HF transformers models/deberta_v2/modeling_deberta_v2.py `build_relative_position`.
 
-    Example:
+    Examples:
         >>> build_relative_position(np.arange(3), np.arange(3)).tolist()
         [[0, -1, -2], [1, 0, -1], [2, 1, 0]]
     """

@@ -54,7 +54,7 @@ def dynamic_position_encoding(x, weight, bias, *, base=10000.0, layout="interlea
         the Vaswani et al. 2017 sinusoid, arXiv:1706.03762 section 3.5); PyTorch `nn.Linear`
         computes `input @ weight.T + bias`.
 
-    Example:
+    Examples:
         >>> out = dynamic_position_encoding(np.zeros((2, 4)), np.eye(4), np.zeros(4))
         >>> out[1].round(4).tolist()
         [0.8415, 0.5403, 0.01, 1.0]
@@ -80,7 +80,7 @@ def nope(x):
     Returns:
         `x` as float64.
 
-    Example:
+    Examples:
         >>> nope(np.array([1.0, 2.0])).tolist()
         [1.0, 2.0]
     """

@@ -65,7 +65,7 @@ def fire_bias(c, L, w1, b1, w2, b2, q_positions, k_positions, *, eps=1e-6):
         ICLR 2024, arXiv:2310.04418, eq. (5)-(7); reference module mcleish7/arithmetic
         `cramming/architectures/embeddings.py` class `FIRE` (commit 86022a57d38c0fde46444d62e8dcbebcc0af614c).
 
-    Example:
+    Examples:
         >>> b = fire_bias(np.array(1.0), np.array(1.0), np.ones((1, 1)), np.zeros(1), np.ones((1, 1)),
         ...               np.zeros(1), np.arange(3), np.arange(3), eps=0.0)
         >>> b[0].round(4).tolist()

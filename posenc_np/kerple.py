@@ -59,7 +59,7 @@ def kerple_bias(r1, r2, q_positions, k_positions, *, kernel="log"):
         `megatron/model/positional_embeddings.py`; NVIDIA/NeMo
         `nemo/collections/nlp/modules/common/megatron/position_embedding/kerple_relative_position_embedding.py`.
 
-    Example:
+    Examples:
         >>> kerple_bias(np.array([1.0]), np.array([1.0]), np.arange(2), np.arange(2))[0].round(4).tolist()
         [[-0.0, -0.6931], [-0.6931, -0.0]]
     """
@@ -121,7 +121,7 @@ def sandwich_bias(num_heads, q_positions, k_positions, *, dim, base=10000.0, dty
         `nemo/collections/nlp/modules/common/megatron/position_embedding/sandwich_relative_position_embedding.py`
         (commit 000b931e): frequencies from t = 1, scale `(bias - d/2) / (h * 8 / H)`.
 
-    Example:
+    Examples:
         >>> sandwich_bias(1, np.arange(2), np.arange(2), dim=2, base=1.0)[0].round(4).tolist()
         [[0.0, -0.0575], [-0.0575, 0.0]]
     """

@@ -41,7 +41,7 @@ def learned(table, positions):
         Devlin et al., "BERT", 2018, arXiv:1810.04805; google-research/bert modeling.py
         `embedding_postprocessor`; HF models/roberta/modeling_roberta.py `create_position_ids_from_input_ids`.
 
-    Example:
+    Examples:
         >>> table = np.arange(12.0).reshape(6, 2)
         >>> learned(table, np.array([0, 5]))
         array([[ 0.,  1.],
@@ -144,7 +144,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     Raises:
         ValueError: `new_len < 1`, an unknown method, a table that is not 2-D.
 
-    Example:
+    Examples:
         >>> resize_table(np.arange(4.0)[:, None], 8)[:, 0]  # half-pixel centres, borders clamped
         array([0.  , 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.  ])
     """

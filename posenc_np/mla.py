@@ -74,7 +74,7 @@ def apply_mla_rope(q, k_pe, positions, *, qk_nope_head_dim, rotary_dim, base=100
     Raises:
         ValueError: slice sizes that do not add up, and everything `apply_rope` raises.
 
-    Example:
+    Examples:
         >>> q = np.zeros((1, 1, 4)); q[..., 2] = 1.0
         >>> qr, kr = apply_mla_rope(q, np.array([[[1.0, 0.0]]]), [1], qk_nope_head_dim=2, rotary_dim=2)
         >>> qr.round(4).tolist(), kr.round(4).tolist()
@@ -100,7 +100,7 @@ def mla_softmax_scale(qk_head_dim, scaling=None) -> float:
     `mscale_all_dim` multiplies the scale by `(0.1 * mscale_all_dim * ln(factor) + 1) ** 2` (1 when
     factor <= 1). `qk_head_dim = qk_nope_head_dim + qk_rope_head_dim`.
 
-    Example:
+    Examples:
         >>> round(mla_softmax_scale(192, {"rope_type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
         ...                               "original_max_position_embeddings": 4096}), 6)
         0.135234
@@ -130,7 +130,7 @@ def mla_rope_permutation(head_dim, rotary_dim, *, source="interleaved", target="
     is converted like `rope_permutation` (interleaved -> half is Megatron's `t[0::2], t[1::2]`, what
     transformers does at run time for `rope_interleave=True`).
 
-    Example:
+    Examples:
         >>> mla_rope_permutation(6, 4).tolist()
         [0, 1, 2, 4, 3, 5]
     """

@@ -105,7 +105,7 @@ def resolve_mrope_axes(mrope_axes, rotary_dim: int) -> np.ndarray:
         TypeError: not a sequence.
         ValueError: not `rotary_dim // 2` entries, or an entry that is not an integer >= 0.
 
-    Example:
+    Examples:
         >>> resolve_mrope_axes([1, 2, 1, 2, 0, 0], 12).tolist()
         [1, 2, 1, 2, 0, 0]
     """
@@ -123,7 +123,7 @@ def mrope_interleaved_axes(section, pairs: int) -> list:
     `a >= 1` when `j % A == a` and `j < A * section[a]`, else axis 0 (`recomposition_frequencies` of
     transformers 5.24 `qwen3_5/modeling_qwen3_5.py`: slices `slice(a, 3 * section[a], 3)` over every pair).
 
-    Example:
+    Examples:
         >>> mrope_interleaved_axes([1, 1, 1], 6)
         [0, 1, 2, 0, 0, 0]
     """
@@ -137,7 +137,7 @@ def mrope_interleaved_axes(section, pairs: int) -> list:
 def mrope_axis_of_pair(section, interleaved: bool = False) -> np.ndarray:
     """int64 `[r/2]`: the position axis each rotary pair takes its angle from (see the module docstring).
 
-    Example:
+    Examples:
         >>> mrope_axis_of_pair((2, 1, 1)).tolist(), mrope_axis_of_pair((2, 1, 1), True).tolist()
         ([0, 0, 1, 2], [0, 1, 2, 0])
     """
@@ -179,7 +179,7 @@ def mrope_channel_axes(rotary_dim, *, mrope_section, mrope_interleaved=False, la
 
     The table of docs/conventions.md "Multi-axis RoPE" and `posenc plot` are drawn from this.
 
-    Example:
+    Examples:
         >>> mrope_channel_axes(8, mrope_section=[2, 1, 1]).tolist()
         [0, 0, 1, 2, 0, 0, 1, 2]
         >>> mrope_channel_axes(8, mrope_section=[2, 1, 1], layout="interleaved").tolist()
@@ -257,7 +257,7 @@ def mrope_position_ids(mm_token_type_ids, *, image_grid_thw=None, video_grid_thw
         HF forms `trunc(k * dt)` in the dtype of `second_per_grid_ts` (float32 from the processor); this
         computes in float64, which can differ only when `k * dt` lands within float32 rounding of an integer.
 
-    Example:
+    Examples:
         >>> ids, deltas = mrope_position_ids([[0, 0, 1, 1, 1, 1, 0]], image_grid_thw=[[1, 4, 4]])
         >>> ids[:, 0].tolist(), deltas.tolist()
         ([[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]], [[-2]])

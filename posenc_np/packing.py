@@ -240,7 +240,7 @@ def document_ids(cu_seqlens, *, total=None) -> np.ndarray:
     Formula: `doc[t] = searchsorted(cu_seqlens, t, side="right") - 1` (empty documents get no token).
     This is MaxText's `decoder_segment_ids` minus one.
 
-    Example:
+    Examples:
         >>> document_ids([0, 3, 5]).tolist()
         [0, 0, 0, 1, 1]
     """
@@ -278,7 +278,7 @@ def positions_from_cu_seqlens(cu_seqlens, *, offset=0, total=None) -> np.ndarray
         transformer_engine/pytorch/attention/rope.py (v2.18, thd format); transformers
         models/roberta/modeling_roberta.py `create_position_ids_from_input_ids` (v5.24).
 
-    Example:
+    Examples:
         >>> positions_from_cu_seqlens([0, 3, 5, 9]).tolist()
         [0, 1, 2, 0, 1, 0, 1, 2, 3]
         >>> positions_from_cu_seqlens([0, 2, 5], offset=2).tolist()
@@ -307,7 +307,7 @@ def document_mask(cu_seqlens, *, causal=False, total=None) -> np.ndarray:
     Raises:
         ValueError/TypeError: as `positions_from_cu_seqlens`; a non-bool `causal`.
 
-    Example:
+    Examples:
         >>> document_mask([0, 2, 3]).astype(int).tolist()
         [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     """
@@ -354,7 +354,7 @@ def document_bias(bias, cu_seqlens, *, q_index=None, k_index=None, causal=False)
         ValueError/TypeError: bad `cu_seqlens`, indices that are not 1-D integers of length q / k or
             fall outside `[0, cu_seqlens[-1])`, a non-float bias.
 
-    Example:
+    Examples:
         >>> document_bias(np.zeros((3, 3)), [0, 2, 3]).tolist()
         [[0.0, 0.0, -inf], [0.0, 0.0, -inf], [-inf, -inf, 0.0]]
     """
@@ -391,7 +391,7 @@ def cp_local_index(i, rank, *, length, world_size, strategy, where=np.where):
     `length` may be Python ints, NumPy arrays or a backend's tensors (a traced rank, per-token document
     lengths), with `where` that library's `where`; the arguments are not validated here.
 
-    Example:
+    Examples:
         >>> cp_local_index(np.arange(4), 1, length=8, world_size=2, strategy="zigzag").tolist()
         [2, 3, 4, 5]
     """
@@ -414,7 +414,7 @@ def cp_packed_index(cu_seqlens, g, rank, *, world_size, strategy, document_of=_d
     (`_document_of` for NumPy), `take(values, index)` its gather (default `values[index]`). Unvalidated, as
     `cp_local_index`: `cp_indices` checks first.
 
-    Example:
+    Examples:
         >>> cp_packed_index(np.array([0, 4, 12]), np.arange(6), 0, world_size=2, strategy="zigzag").tolist()
         [0, 3, 4, 5, 10, 11]
     """
@@ -457,7 +457,7 @@ def cp_positions(seq_len, *, world_size, rank, strategy="contiguous") -> np.ndar
     Raises:
         ValueError/TypeError: a length that does not split evenly, bad world_size/rank/strategy.
 
-    Example:
+    Examples:
         >>> cp_positions(8, world_size=2, rank=0, strategy="zigzag").tolist()
         [0, 1, 6, 7]
         >>> cp_positions(8, world_size=2, rank=1, strategy="striped").tolist()
@@ -497,7 +497,7 @@ def cp_indices(cu_seqlens, *, world_size, rank, strategy="zigzag", total=None) -
         ValueError/TypeError: bad `cu_seqlens`, a document length that does not split evenly
             (naming the document), bad world_size/rank/strategy.
 
-    Example:
+    Examples:
         >>> cp_indices([0, 4, 12], world_size=2, rank=0).tolist()
         [0, 3, 4, 5, 10, 11]
     """
@@ -542,7 +542,7 @@ def cp_shard(x, *, world_size, rank, strategy="contiguous", axis=-2, cu_seqlens=
     Raises:
         ValueError/TypeError: as `cp_positions` / `cp_indices`; an axis out of range.
 
-    Example:
+    Examples:
         >>> cp_shard(np.arange(8), world_size=2, rank=1, strategy="zigzag", axis=0).tolist()
         [2, 3, 4, 5]
     """
@@ -577,7 +577,7 @@ def cp_unshard(shards, *, strategy="contiguous", axis=-2, cu_seqlens=None):
     Raises:
         ValueError: no shards, shards of different shapes, a length that does not split evenly.
 
-    Example:
+    Examples:
         >>> cp_unshard([np.array([0, 1, 6, 7]), np.array([2, 3, 4, 5])], strategy="zigzag", axis=0).tolist()
         [0, 1, 2, 3, 4, 5, 6, 7]
     """
@@ -632,7 +632,7 @@ def rerotate(k, delta, *, base=10000.0, layout="half", rotary_dim=None, scaling=
         ValueError/TypeError: `dynamic`/`longrope` scaling, a multi-axis setting, and everything
             `apply_rope` raises (non-integer delta, bad rotary_dim/layout/scaling).
 
-    Example:
+    Examples:
         >>> from posenc_np.rope import apply_rope
         >>> k = np.array([[1.0, 0.0, 0.5, 2.0]])
         >>> bool(np.allclose(rerotate(apply_rope(k, np.array([3])), 4), apply_rope(k, np.array([7]))))

@@ -59,7 +59,7 @@ def randomized_positions(noise, seq_len):
         ACL 2023, arXiv:2305.16843; google-deepmind/randomized_positional_encodings
         `models/positional_encodings.py` (noisy positions: sorted sample without replacement).
 
-    Example:
+    Examples:
         >>> randomized_positions(np.array([0.1, 0.9, 0.3, 0.7, 0.5]), 3).tolist()
         [1, 3, 4]
     """
@@ -86,7 +86,7 @@ def sample_randomized_positions(seq_len, max_len, *, seed, batch_shape=()):
     with seed `[seed, 0]`, `jax.random.key(seed)`, so the draws differ between frameworks while the
     noise-to-positions rule is checked exactly by `posenc check`).
 
-    Example:
+    Examples:
         >>> sample_randomized_positions(4, 16, seed=0).shape
         (4,)
     """

@@ -77,7 +77,7 @@ def relative_embeddings(table, q_positions, k_positions, *, max_distance, sign="
         arXiv:1803.02155; tensor2tensor common_attention.py `_generate_relative_positions_matrix`;
         HF models/bert/modeling_bert.py (position_embedding_type="relative_key").
 
-    Example:
+    Examples:
         >>> relative_embeddings(np.arange(5.0)[:, None], np.arange(3), np.arange(3), max_distance=2)[..., 0].tolist()
         [[2.0, 3.0, 4.0], [1.0, 2.0, 3.0], [0.0, 1.0, 2.0]]
     """

@@ -260,7 +260,7 @@ def rope_frequencies(rotary_dim, *, base=10000.0, scaling=None, seq_len=None):
         Su et al., "RoFormer", 2021, arXiv:2104.09864; transformers/modeling_rope_utils.py
         `ROPE_INIT_FUNCTIONS` (same numbers for the same dict).
 
-    Example:
+    Examples:
         >>> rope_frequencies(4)[0].tolist()
         [1.0, 0.01]
     """
@@ -321,7 +321,7 @@ def rope_cos_sin(positions, rotary_dim=None, *, base=10000.0, scaling=None, layo
         ValueError: as `rope_frequencies`; non-integer positions; bad `rotary_dim`/`rotary_pct`; a bad
             `mrope_section` or positions without its leading axis.
 
-    Example:
+    Examples:
         >>> cos, sin = rope_cos_sin(np.zeros((3, 2, 5), int), 8, mrope_section=[2, 1, 1]); cos.shape
         (2, 5, 8)
     """
@@ -389,7 +389,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
         arXiv:2104.09864; transformers/models/llama/modeling_llama.py `apply_rotary_pos_emb`;
         meta-llama/llama llama/model.py `apply_rotary_emb`; transformers/models/gptj/modeling_gptj.py.
 
-    Example:
+    Examples:
         >>> apply_rope(np.array([[1.0, 0.0]]), np.array([1])).round(4).tolist()
         [[0.5403, 0.8415]]
         >>> apply_rope(np.ones((1, 4)), np.array([[3], [0]]), mrope_section=[1, 1]).round(4).tolist()
@@ -436,7 +436,7 @@ def rope_permutation(head_dim, *, source, target, rotary_dim=None) -> np.ndarray
     Returns:
         int64 `[head_dim]`.
 
-    Example:
+    Examples:
         >>> rope_permutation(8, source="interleaved", target="half")  # Meta -> HF rows of one head
         array([0, 2, 4, 6, 1, 3, 5, 7])
     """
@@ -475,7 +475,7 @@ def load_hf_config(config) -> dict:
         ValueError: a path that cannot be read or is not JSON (naming the path).
         TypeError: anything else than a path, a config or a mapping.
 
-    Example:
+    Examples:
         >>> load_hf_config({"model_type": "llama", "rope_theta": 5e5})
         {'model_type': 'llama', 'rope_theta': 500000.0}
     """

@@ -488,7 +488,7 @@ def rope_schedule_from_hf_config(config) -> list:
         transformers 5.24 `modeling_rope_utils.py` (`standardize_rope_params`, `ROPE_INIT_FUNCTIONS`),
         `models/{gemma3,gemma4,llama4,cohere2,smollm3,mistral_large4,deepseek_v3}/modeling_*.py`.
 
-    Example:
+    Examples:
         >>> cfg = {"model_type": "gemma3_text", "num_hidden_layers": 3, "head_dim": 8,
         ...        "sliding_window_pattern": 3,
         ...        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
@@ -609,7 +609,7 @@ def indexer_rope_schedule_from_hf_config(config) -> list:
     Reference:
         transformers 5.24 (files and lines in `DSA_INDEXER_LAYOUTS`).
 
-    Example:
+    Examples:
         >>> cfg = {"model_type": "deepseek_v32", "num_hidden_layers": 1, "head_dim": 4, "qk_rope_head_dim": 4,
         ...        "qk_nope_head_dim": 4, "index_head_dim": 8, "rope_theta": 1e4}
         >>> indexer_rope_schedule_from_hf_config(cfg)[0]["layout"], rope_schedule_from_hf_config(cfg)[0]["layout"]

@@ -33,7 +33,7 @@ def sinusoid_inv_freq(dim: int, *, base: float = 10000.0, denominator: str = "di
                                                                   fairseq SinusoidalPositionalEmbedding)
     With "half-1" the last channel reaches exactly 1/base; with "dim" it stops at base**(-(dim-2)/dim).
 
-    Example:
+    Examples:
         >>> sinusoid_inv_freq(8)
         array([1.   , 0.1  , 0.01 , 0.001])
         >>> sinusoid_inv_freq(8, denominator="half-1")[-1]  # tensor2tensor: the last channel reaches 1/base
@@ -77,7 +77,7 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
         tensor2tensor/layers/common_attention.py `get_timing_signal_1d`;
         fairseq/modules/sinusoidal_positional_embedding.py.
 
-    Example:
+    Examples:
         >>> sinusoidal(np.arange(3), 4)[1].round(4).tolist()
         [0.8415, 0.5403, 0.01, 1.0]
     """

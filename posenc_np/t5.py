@@ -107,7 +107,7 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
         HF models/t5/modeling_t5.py `T5Attention._relative_position_bucket`;
         mesh_tensorflow/transformer/transformer_layers.py `_relative_position_bucket`.
 
-    Example:
+    Examples:
         >>> t5_bucket(np.array([-200, -16, -1, 0, 1, 15, 16, 200])).tolist()
         [15, 10, 1, 0, 17, 25, 26, 31]
     """
@@ -154,7 +154,7 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional=True, num_buckets=
     Reference:
         HF models/t5/modeling_t5.py `T5Attention.compute_bias`; Raffel et al. 2019.
 
-    Example:
+    Examples:
         >>> table = np.arange(64.0).reshape(32, 2)  # [num_buckets, heads]
         >>> t5_bias(table, np.arange(3), np.arange(3))[0]  # head 0: key before query -> buckets 1, 2; after -> 17, 18
         array([[ 0., 34., 36.],

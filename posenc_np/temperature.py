@@ -56,7 +56,7 @@ def llama4_attn_scale(positions, *, floor_scale=8192, attn_scale=0.1) -> np.ndar
             cannot raise, a negative position gives NaN.
         TypeError: non-numeric positions.
 
-    Example:
+    Examples:
         >>> llama4_attn_scale([0, 8190, 8191, 3 * 8192 - 1]).round(6).tolist()
         [1.0, 1.0, 1.069315, 1.138629]
     """
@@ -102,7 +102,7 @@ def llama_4_scaling(positions, *, beta, original_max_position_embeddings) -> np.
             `L <= 0`, non-finite `beta`. Under jit a negative position gives NaN.
         TypeError: non-numeric positions.
 
-    Example:
+    Examples:
         >>> llama_4_scaling([0, 16383, 16384, 3 * 16384], beta=0.1, original_max_position_embeddings=16384).round(6).tolist()
         [1.0, 1.0, 1.069315, 1.138629]
     """

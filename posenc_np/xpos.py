@@ -86,7 +86,7 @@ def apply_xpos(x, positions, *, kind="query", base=10000.0, layout="interleaved"
         lucidrains/x-transformers x_transformers/x_transformers.py `RotaryEmbedding(use_xpos=True)` and
         `apply_rotary_pos_emb` (commit 9252ed7838021ee61e6c5be0930b3a9a88efdf06).
 
-    Example:
+    Examples:
         >>> apply_xpos(np.ones((1, 2)), np.array([512]), kind="query", base=1.0).round(4).tolist()
         [[-0.3075, -0.2621]]
     """

@@ -333,7 +333,7 @@ def band_probe_positions(turns, limit: int, *, boundaries=(), count: int = PROBE
     Returns:
         int64 sorted unique positions in `[0, limit)`.
 
-    Example:
+    Examples:
         >>> band_probe_positions([[0.5, 0.01]], 64).tolist()
         [0, 1, 2, 3, 4, 5, 6, 7, 25, 50, 63]
     """
@@ -361,7 +361,7 @@ def probe_positions(spec: ModelSpec, *, limit: int | None = None, count: int = P
     Returns:
         int64 sorted unique positions.
 
-    Example:
+    Examples:
         >>> from posenc.modelspec.canonical import LayerSpec, ModelSpec
         >>> spec = ModelSpec("x", "hf", "", [LayerSpec(True, "half", 8, 8, 10000.0)], max_position_embeddings=4096)
         >>> probe_positions(spec).tolist()[:8]

@@ -1,5 +1,5 @@
 """The docstring examples of the spec run as doctests: every `>>>` line in every posenc_np module
-(`Example:` blocks of the public functions, module docstrings) must reproduce its printed output.
+(`Examples:` blocks of the public functions, module docstrings) must reproduce its printed output.
 
 One test per module, so a failure names the module and the example. Option flags: ELLIPSIS and
 NORMALIZE_WHITESPACE (what a reader of the docstring relies on). The same could be had from pytest's own
