@@ -49,7 +49,8 @@ def best(fn, reps):
 
 def bench_jax(seq, reps):
     import jax
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import posenc_jax as pj
     from posenc.check.distributed import mrope_ids

@@ -196,8 +196,8 @@ class Adapter:
         module = self.module
         target = (lambda mod, *a, **k: getattr(mod, fn)(*a, **k)) if isinstance(fn, str) else fn
         is_array = [isinstance(a, np.ndarray) for a in args]
-        arrays = [self.from_numpy(a) for a, flag in zip(args, is_array) if flag]
-        statics = [a for a, flag in zip(args, is_array) if not flag]
+        arrays = [self.from_numpy(a) for a, flag in zip(args, is_array, strict=True) if flag]
+        statics = [a for a, flag in zip(args, is_array, strict=True) if not flag]
 
         def bound(*tensors):
             it_t, it_s = iter(tensors), iter(statics)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
+from posenc_np._modules import DynamicConfig
 from posenc_np._validate import check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
-from posenc_np._modules import DynamicConfig
 
 from .sinusoidal import sinusoidal
 

@@ -7,9 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc_np._validate import (check_integer_positions, check_positions_in_table, check_positive_int, check_table,
-                                  check_traced_integer)
 from posenc_np._modules import LearnedConfig
+from posenc_np._validate import (
+    check_integer_positions,
+    check_positions_in_table,
+    check_positive_int,
+    check_table,
+    check_traced_integer,
+)
 from posenc_np.learned import resize_weights
 
 from ._common import TRACE, is_tracing, spec_constant

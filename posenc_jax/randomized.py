@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
 import numpy as np
 
 from posenc_np._validate import check_finite, check_float_dtype

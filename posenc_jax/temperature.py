@@ -7,7 +7,6 @@ positions are data under `jax.jit`.
 from __future__ import annotations
 
 import jax.numpy as jnp
-
 import numpy as np
 
 from posenc_np._validate import check_nonnegative_positions

@@ -7,26 +7,43 @@ functions by `posenc check`. The public reference is docs/api.md.
 from .alibi import alibi_bias, alibi_slopes
 from .attention import attention
 from .conventions import Convention, conventions
-from .learned import learned, resize_table, resize_weights
-from .mrope import mrope_position_ids
-from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_bias, document_ids, document_mask,
-                      positions_from_cu_seqlens, rerotate)
-from .relative import relative_embeddings
-from .rope import (apply_rope, load_hf_config, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation,
-                   scaling_from_hf_config)
-from .schedule import indexer_rope_schedule_from_hf_config, rope_schedule_from_hf_config
-from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
-from .temperature import llama4_attn_scale, llama_4_scaling
-from .sinusoidal import sinusoidal, sinusoid_inv_freq
-from .t5 import t5_bias, t5_bucket
-from .testing import tolerance
+
 # research encodings (issue 17)
 from .cope import cope
 from .deberta import build_relative_position, make_log_bucket_position
 from .dynamic import dynamic_position_encoding, nope
 from .fire import fire_bias
 from .kerple import kerple_bias, sandwich_bias
+from .learned import learned, resize_table, resize_weights
+from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
+from .mrope import mrope_position_ids
+from .packing import (
+                      cp_indices,
+                      cp_positions,
+                      cp_shard,
+                      cp_unshard,
+                      document_bias,
+                      document_ids,
+                      document_mask,
+                      positions_from_cu_seqlens,
+                      rerotate,
+)
 from .randomized import randomized_positions, sample_randomized_positions
+from .relative import relative_embeddings
+from .rope import (
+                      apply_rope,
+                      load_hf_config,
+                      permute_qk_rows,
+                      rope_cos_sin,
+                      rope_frequencies,
+                      rope_permutation,
+                      scaling_from_hf_config,
+)
+from .schedule import indexer_rope_schedule_from_hf_config, rope_schedule_from_hf_config
+from .sinusoidal import sinusoid_inv_freq, sinusoidal
+from .t5 import t5_bias, t5_bucket
+from .temperature import llama4_attn_scale, llama_4_scaling
+from .testing import tolerance
 from .xpos import apply_xpos, xpos_scale
 
 __version__ = "0.1.0"

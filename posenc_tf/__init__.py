@@ -6,23 +6,39 @@ Needs the TensorFlow Keras backend (KERAS_BACKEND=tensorflow, the default here).
 
 from .alibi import ALiBi, alibi_bias, alibi_slopes
 from .attention import attention
-from .learned import LearnedEncoding, learned, resize_table
-from .packing import (cp_indices, cp_positions, cp_shard, cp_unshard, document_bias, document_ids, document_mask,
-                      positions_from_cu_seqlens, rerotate)
-from .relative import RelativePositionEmbedding, relative_embeddings
-from .rope import (RotaryEmbedding, apply_rope, permute_qk_rows, rope_cos_sin, rope_frequencies, rope_permutation,
-                   scaling_from_hf_config)
-from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
-from .schedule import rope_modules_from_schedule, rope_schedule_from_hf_config
-from .temperature import llama4_attn_scale, llama_4_scaling
-from .sinusoidal import SinusoidalEncoding, sinusoidal
-from .t5 import T5RelativeBias, t5_bias, t5_bucket
 from .cope import CoPE, cope
 from .deberta import build_relative_position, make_log_bucket_position
 from .dynamic import DynamicPositionEncoding, dynamic_position_encoding, nope
 from .fire import FIREBias, fire_bias
 from .kerple import KERPLEBias, kerple_bias, sandwich_bias
+from .learned import LearnedEncoding, learned, resize_table
+from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
+from .packing import (
+                      cp_indices,
+                      cp_positions,
+                      cp_shard,
+                      cp_unshard,
+                      document_bias,
+                      document_ids,
+                      document_mask,
+                      positions_from_cu_seqlens,
+                      rerotate,
+)
 from .randomized import randomized_positions, sample_randomized_positions
+from .relative import RelativePositionEmbedding, relative_embeddings
+from .rope import (
+                      RotaryEmbedding,
+                      apply_rope,
+                      permute_qk_rows,
+                      rope_cos_sin,
+                      rope_frequencies,
+                      rope_permutation,
+                      scaling_from_hf_config,
+)
+from .schedule import rope_modules_from_schedule, rope_schedule_from_hf_config
+from .sinusoidal import SinusoidalEncoding, sinusoidal
+from .t5 import T5RelativeBias, t5_bias, t5_bucket
+from .temperature import llama4_attn_scale, llama_4_scaling
 from .xpos import apply_xpos, xpos_scale
 
 __all__ = [

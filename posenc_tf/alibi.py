@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np.alibi import alibi_slopes as _spec_slopes
 from posenc_np._modules import ALiBiConfig
+from posenc_np.alibi import alibi_slopes as _spec_slopes
 from posenc_np.alibi import check_alibi_args
 
 from ._common import bias_output_shape, position_pair, register_serializable, resolve_dtype, spec_constant

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from posenc_np._modules import DynamicConfig
 from posenc_np._validate import check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
-from posenc_np._modules import DynamicConfig
 
 from ._common import as_tensor, register_serializable
 from .sinusoidal import sinusoidal

@@ -5,9 +5,14 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._validate import (check_integer_positions, check_positions_in_table, check_positive_int, check_table,
-                                  check_traced_integer)
 from posenc_np._modules import LearnedConfig
+from posenc_np._validate import (
+    check_integer_positions,
+    check_positions_in_table,
+    check_positive_int,
+    check_table,
+    check_traced_integer,
+)
 from posenc_np.learned import resize_weights
 
 from ._common import TRACE, as_tensor, is_tracing, register_serializable, spec_constant

@@ -9,8 +9,15 @@ from posenc_np._modules import T5BiasConfig
 from posenc_np._validate import check_integer_positions, check_table, check_traced_integer
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
-from ._common import (TRACE, as_tensor, bias_output_shape, is_tracing, position_pair, register_serializable,
-                      spec_constant)
+from ._common import (
+    TRACE,
+    as_tensor,
+    bias_output_shape,
+    is_tracing,
+    position_pair,
+    register_serializable,
+    spec_constant,
+)
 
 __all__ = ["t5_bucket", "t5_bias", "T5RelativeBias"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from posenc_np._modules import DynamicConfig
 from posenc_np._validate import check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
-from posenc_np._modules import DynamicConfig
 
 from ._common import as_tensor
 from .sinusoidal import sinusoidal

@@ -27,12 +27,14 @@ import math
 import numpy as np
 import torch
 
-from posenc_np._freeze import freeze as _freeze, thaw as _thaw
+from posenc_np._freeze import freeze as _freeze
+from posenc_np._freeze import thaw as _thaw
 from posenc_np._modules import RotaryConfig
 from posenc_np._validate import check_float_dtype, check_heads_divide, check_integer_dtype, check_rope_input
 from posenc_np.mrope import check_mrope_positions
-from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_cos_sin as spec_rope_cos_sin
-from posenc_np.rope import rope_plan, rope_permutation as spec_rope_permutation, scaling_from_hf_config
+from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_plan, scaling_from_hf_config
+from posenc_np.rope import rope_cos_sin as spec_rope_cos_sin
+from posenc_np.rope import rope_permutation as spec_rope_permutation
 
 from ._common import as_tensor, is_tracing, resolve_dtype, spec_constant, spec_value
 

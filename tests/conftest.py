@@ -48,7 +48,7 @@ def pytest_configure(config):
     requested = _requested(config) or []
     for name in selected_backends(config):
         try:
-            adapter(name).module
+            _ = adapter(name).module
         except BackendUnavailable as error:
             raise pytest.UsageError(f"backend {name!r} was asked for but does not import: {error}") from error
     for name in requested:

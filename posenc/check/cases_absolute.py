@@ -9,6 +9,7 @@ from posenc_np.conventions import conventions
 from posenc_np.learned import resize_weights
 from posenc_np.sinusoidal import sinusoid_inv_freq
 from posenc_np.testing import tolerance
+
 from .registry import Case, register
 
 DIM = 32

@@ -28,6 +28,7 @@ from posenc_np.conventions import conventions
 from posenc_np.relative import relative_embeddings
 from posenc_np.t5 import t5_bias
 from posenc_np.testing import Tolerance, attention_tolerance, tolerance
+
 from .registry import Case, register
 
 HEADS = 12  # not a power of two: exercises the slope interleaving rule

@@ -17,7 +17,6 @@ seq_len). tests/backends/test_mrope_backends.py checks that new positions never 
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from posenc_np._dtypes import numpy_dtype
@@ -25,6 +24,7 @@ from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_interleaved_axes, mrope_position_ids
 from posenc_np.rope import ernie_mrope_axes, resolve_rotary_dim, rope_plan
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
+
 from .registry import Case, register
 
 __all__ = ["MROPE_CONVENTIONS", "mixed_prompt_positions", "patch_grid_positions"]

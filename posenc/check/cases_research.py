@@ -15,7 +15,7 @@ from posenc_np._dtypes import numpy_dtype
 from posenc_np.fire import fire_bias
 from posenc_np.kerple import sandwich_head_scale
 from posenc_np.sinusoidal import sinusoidal
-from posenc_np.testing import Tolerance, tolerance
+from posenc_np.testing import tolerance
 
 from ..adapters import adapter_for
 from .registry import Case, register

@@ -40,6 +40,7 @@ from posenc_np.mla import mla_softmax_scale
 from posenc_np.rope import rope_plan
 from posenc_np.schedule import rope_schedule_from_hf_config
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
+
 from .registry import Case, register
 
 __all__ = ["CONFIGS", "POSITIONS"]

@@ -10,7 +10,8 @@ import time
 
 from posenc_np.conventions import conventions, families
 
-from ..adapters import ADAPTERS, CHECK_BACKENDS as BACKENDS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS
+from ..adapters import ADAPTERS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS
+from ..adapters import CHECK_BACKENDS as BACKENDS
 from ..errors import UsageError
 from ..io import check_output, parse_choices, write_atomic
 from .registry import DTYPES, MODES
@@ -48,8 +49,8 @@ def select(cases, *, encodings=None, dtypes=DTYPES, modes=MODES):
 
 
 def run(args) -> int:
-    from .registry import all_cases
     from .html import render_html
+    from .registry import all_cases
     from .report import json_report, markdown_table, summary_line, terminal_table
     from .runner import run_implementations, run_implementations_isolated, run_parallel, terminal_progress
 

@@ -118,7 +118,7 @@ def _matrix(records) -> str:
             cells[index[(r["backend"], r["dtype"], r["mode"])]].append(_cell(r))
         statuses = " ".join(sorted({r["status"] for r in rs}))
         tds = "".join("".join(c) if c else f'<td class="n" data-col-backend="{_esc(col[0])}"></td>'
-                      for c, col in zip(cells, columns))
+                      for c, col in zip(cells, columns, strict=True))
         body.append(f'<tr class="case" data-family="{_esc(family)}" data-statuses="{statuses}">'
                     f'<th class="rowhead">{_esc(family)} / {_esc(convention)} / {_esc(case)}</th>{tds}</tr>')
     return ('<table id="matrix"><thead>' + "".join(head) + "</thead><tbody>" + "".join(body) + "</tbody></table>")

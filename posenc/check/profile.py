@@ -27,4 +27,4 @@ def error_by_position(case, args, outputs, desired) -> list | None:
             return None
         err = np.abs(out - desired).reshape(-1, desired.shape[-2], desired.shape[-1])
         worst = np.maximum(worst, np.nan_to_num(err, nan=np.inf).max(axis=(0, 2)))
-    return [[int(p), float(e)] for p, e in zip(positions, worst)]
+    return [[int(p), float(e)] for p, e in zip(positions, worst, strict=True)]

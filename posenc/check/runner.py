@@ -103,7 +103,7 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
                                else "not installed")
             continue
         try:
-            a.module
+            _ = a.module  # importing a broken framework raises here, once per run
         except BackendUnavailable as error:
             broken[backend] = str(error)
     specs: dict = {}

@@ -44,7 +44,7 @@ def terminal_table(report) -> str:
     head, body = _columns(report)
     widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
+                                   for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
     out = [line(head), "  ".join("-" * w for w in widths)] + [line(r) for r in body]
     return "\n".join(out + [""] + [n[2:] for n in _notes(report)])
 

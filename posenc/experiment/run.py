@@ -46,7 +46,7 @@ def _evaluate_variants(model, encoding, variants, corpus, cfg, device):
     out = {}
     for variant in variants:
         ppl, note = {}, NOTES.get(split_variant(variant)[0], "")
-        for factor, length in zip(cfg.eval_factors, cfg.eval_lengths):
+        for factor, length in zip(cfg.eval_factors, cfg.eval_lengths, strict=True):
             rope = table = None
             if variant in ROPE_SCALING:
                 scaling = _rope_scaling(variant, factor, cfg.train_len)

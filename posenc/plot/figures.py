@@ -290,7 +290,7 @@ def figure_attention_maps(*, sentence, encodings=("sinusoidal", "learned", "rope
     axes = [figure.add_subplot(1, len(encodings), i + 1) for i in range(len(encodings))]
     vmax = max(float(weights.max()) for weights, _ in maps)
     image = None
-    for ax, encoding, (weights, note) in zip(axes, encodings, maps):
+    for ax, encoding, (weights, note) in zip(axes, encodings, maps, strict=True):
         image = ax.imshow(weights, cmap="magma", vmin=0.0, vmax=vmax, interpolation="nearest")
         ax.set_title(encoding + (f" ({note})" if note else ""), fontsize="medium")
         ticks = np.arange(len(words))
@@ -411,7 +411,7 @@ def figure_schedule(*, config):
         else cfg
     layers = np.array([r[0] for r in rows])
     kinds = list(dict.fromkeys(r[2] for r in rows if r[1] is not None))
-    colours = dict(zip(kinds, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")))
+    colours = dict(zip(kinds, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"), strict=False))
     bases = [r[1] for r in rows if r[1] is not None]
     floor = min(bases) / 10 if bases else 1.0
     top = max(bases) * 10 if bases else 10.0

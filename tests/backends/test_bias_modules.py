@@ -16,7 +16,6 @@ import posenc_np as pn
 from helpers import EXACT, assert_close, keras_bias_round_trip
 from posenc_np.testing import tolerance
 
-
 # --- ALiBi --------------------------------------------------------------------------------------------
 
 def test_alibi_slopes(backend):

@@ -74,7 +74,7 @@ def test_records_reach_the_check_reports(runtime):
     records = as_records(raw)
     data = json.loads(json_report(records, argv=[], seed=0, seconds=0.0, versions={}))
     assert len(data["records"]) == len(raw) and data["summary"] == {"pass": len(raw)}
-    for r, source in zip(data["records"], raw):
+    for r, source in zip(data["records"], raw, strict=True):
         assert (r["family"], r["backend"], r["case"], r["status"]) == ("distributed", runtime, source["check"], "pass")
         assert r["max_abs_err"] == source["max_abs_err"] and r["tol"] == source["tol"] > 0
         assert r["encoding"] == ("alibi_bias" if r["case"].startswith("alibi") else

@@ -63,7 +63,7 @@ def test_plain_float32_angles_miss_the_goal():
 @pytest.mark.parametrize("scaling", [None, LLAMA3, DYNAMIC, LONGROPE], ids=["default", "llama3", "dynamic", "longrope"])
 def test_frequencies_match_spec(backend, scaling):
     for seq_len in (None, 1000):
-        inv, scale = backend.call(lambda mod: mod.rope_frequencies(8, scaling=scaling, seq_len=seq_len), (), {})
+        inv, scale = backend.call(lambda mod, n=seq_len: mod.rope_frequencies(8, scaling=scaling, seq_len=n), (), {})
         desired, desired_scale = pn.rope_frequencies(8, scaling=scaling, seq_len=seq_len)
         result = compare(np.asarray(inv, np.float64) / desired, np.ones(4), tolerance("float32"))
         assert result.passed, result
@@ -76,7 +76,7 @@ def test_cos_sin_match_spec(backend, layout):
     cos, sin = backend.call("rope_cos_sin", (positions, 8), {"layout": layout, "scaling": LLAMA3})
     desired = pn.rope_cos_sin(positions, 8, layout=layout, scaling=LLAMA3)
     max_angle = 70000.0
-    for got, want in zip((cos, sin), desired):
+    for got, want in zip((cos, sin), desired, strict=True):
         assert got.shape == want.shape
         assert compare(got, want, tolerance("float32", max_angle=max_angle)).passed
 

@@ -39,7 +39,7 @@ def test_apply_mla_rope_matches_spec(backend, layout, mode, jit_cache):
     kwargs = dict(qk_nope_head_dim=6, rotary_dim=8, layout=layout, scaling=YARN)
     got = backend.call("apply_mla_rope", (q, k_pe, positions), kwargs, mode=mode, cache=jit_cache)
     want = pn.apply_mla_rope(q.astype(np.float64), k_pe.astype(np.float64), positions, **kwargs)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert compare(g, w, tolerance("float32", max_angle=40.0)).passed
     np.testing.assert_array_equal(got[0][..., :6], q[..., :6])  # the nope slice is untouched
 
@@ -51,7 +51,7 @@ def test_rope_modules_from_schedule(backend):
     assert modules[3] is None and modules[0] is modules[2] and modules[1] is not modules[0]
     x = np.random.default_rng(1).standard_normal((1, 2, 5, 8)).astype(np.float32)
     positions = np.arange(5)
-    for entry, module in zip(schedule, modules):
+    for entry, module in zip(schedule, modules, strict=True):
         if entry is None:
             continue
         got = backend.to_numpy(module(backend.from_numpy(x), backend.from_numpy(positions)))

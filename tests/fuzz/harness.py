@@ -120,7 +120,7 @@ def snapshot(args):
 
 
 def unchanged(before, after) -> bool:
-    for b, a in zip(before, after):
+    for b, a in zip(before, after, strict=True):
         if isinstance(b, np.ndarray):
             if not np.array_equal(np.asarray(b, np.float64) if b.dtype == BF16 else b,
                                   np.asarray(a, np.float64) if a.dtype == BF16 else a,
@@ -143,7 +143,7 @@ def assert_same_value(call, actual, desired, where="result"):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(desired):
             raise Mismatch(f"{where}: {type(actual).__name__} of {len(actual) if hasattr(actual, '__len__') else '?'}"
                            f" != spec {type(desired).__name__} of {len(desired)}")
-        for i, (a, d) in enumerate(zip(actual, desired)):
+        for i, (a, d) in enumerate(zip(actual, desired, strict=True)):
             assert_same_value(call, a, d, f"{where}[{i}]")
         return
     desired_arr, actual_arr = np.asarray(desired), np.asarray(actual)

@@ -17,10 +17,8 @@ from hypothesis import strategies as st
 
 import posenc_np as pn
 from conftest import TALLY
-from fuzz_table import ENTRIES
-from fuzz_table import build
+from fuzz_table import ENTRIES, build
 from harness import judge
-
 
 
 def _backend_names():

@@ -152,7 +152,7 @@ def test_attention_with_non_finite_q_has_nan_where_the_spec_has(backend, bad):
     q[0, 1, 2] = bad
     with np.errstate(all="ignore"):
         desired = pn.attention(q, k, v)
-    for got, want in zip(backend.call("attention", (q, k, v), {}), desired):
+    for got, want in zip(backend.call("attention", (q, k, v), {}), desired, strict=True):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         assert np.isnan(want[0, 1]).all() and not np.isnan(want[0, [0, 2]]).any()
         assert compare(got[0, [0, 2]], want[0, [0, 2]], tolerance("float32", max_angle=20.0, scale=5.0)).passed

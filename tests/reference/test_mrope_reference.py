@@ -14,16 +14,14 @@ import numpy as np
 import pytest
 
 import posenc_np as pn
+from helpers import assert_close
 from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_position_ids
 from posenc_np.testing import tolerance
 
-from helpers import assert_close
-
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLTextConfig, Qwen2VLTextConfig,  # noqa: E402
-                          Qwen3VLTextConfig)
+from transformers import Qwen2_5_VLConfig, Qwen2_5_VLTextConfig, Qwen2VLTextConfig, Qwen3VLTextConfig  # noqa: E402
 from transformers.models.pixtral.configuration_pixtral import PixtralVisionConfig  # noqa: E402
 from transformers.models.pixtral.modeling_pixtral import PixtralVisionRotaryEmbedding  # noqa: E402
 from transformers.models.pixtral.modeling_pixtral import apply_rotary_pos_emb as pixtral_apply  # noqa: E402
@@ -264,10 +262,10 @@ def test_position_ids_match_get_rope_index(qwen25_model, case):
     spec = ROPE_INDEX_CASES[case]
     rows = [_sequence(parts) for parts in spec["rows"]]
     pads = spec.get("pad", [0] * len(rows))
-    width = max(len(r) + p for r, p in zip(rows, pads))
+    width = max(len(r) + p for r, p in zip(rows, pads, strict=True))
     types = np.zeros((len(rows), width), np.int64)
     mask = np.zeros((len(rows), width), np.int64)
-    for b, (row, pad) in enumerate(zip(rows, pads)):
+    for b, row in enumerate(rows):
         start = width - len(row)  # left padding
         types[b, start:] = row
         mask[b, start:] = 1

@@ -24,7 +24,7 @@ def test_offset_2_is_roberta_per_document(lengths):
     rng = np.random.default_rng(len(lengths))
     cu = np.concatenate([[0], np.cumsum(lengths)])
     packed = positions_from_cu_seqlens(cu, offset=2)
-    for start, end in zip(cu[:-1], cu[1:]):
+    for start, end in zip(cu[:-1], cu[1:], strict=True):
         if end == start:
             continue
         ids = torch.as_tensor(rng.integers(PADDING_IDX + 1, 50000, size=(1, end - start)))  # no padding token

@@ -9,7 +9,6 @@ import pytest
 import posenc_np as pe
 from posenc_np.testing import tolerance
 
-
 # --- DeBERTa: transformers' own functions ---------------------------------------------------------------
 
 @pytest.mark.parametrize("bucket_size, max_position", [(256, 512), (8, 64), (4, 16), (32, 128), (256, 1024)])

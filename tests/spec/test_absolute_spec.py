@@ -13,7 +13,6 @@ import pytest
 import posenc_np as pn
 from posenc_np import conventions
 
-
 # --- against the published formulas (docs/conventions.md 1.2, 1.3) -------------------------
 
 def t2t_timing_signal(length, channels, min_timescale=1.0, max_timescale=1.0e4, start_index=0):

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 import posenc_np as pn
+from helpers import assert_close
 from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_axis_of_pair, mrope_channel_axes, mrope_position_ids, resolve_mrope_section
 from posenc_np.testing import tolerance
-
-from helpers import assert_close
 
 F64 = tolerance("float64", scale=10.0)
 ORIGINAL = 64

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import posenc_np as pe
-from posenc_np.testing import tolerance
 
 
 def test_deberta_rejects_bad_arguments():

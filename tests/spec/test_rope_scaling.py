@@ -13,7 +13,6 @@ import pytest
 import posenc_np as pn
 from posenc_np.testing import compare, tolerance
 
-
 HEAD_DIM = 32
 ORIGINAL = 64
 

@@ -99,7 +99,7 @@ def _write_verdicts(results, rank, world_size, out_path):
         with open(out_path, "w") as f:
             json.dump([record(name, "torch", bool(e <= t and ok), max_abs_err=float(e), tol=t,
                               world_size=world_size, backend="gloo")
-                       for (name, _, t, _), e, ok in zip(results, errors.tolist(), shards_ok.tolist())], f)
+                       for (name, _, t, _), e, ok in zip(results, errors.tolist(), shards_ok.tolist(), strict=True)], f)
 
 
 def _worker(rank, world_size, init_file, out_path, seed):
