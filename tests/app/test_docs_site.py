@@ -23,6 +23,11 @@ def test_getting_started_has_the_readme_commands():
     assert _commands((ROOT / "docs" / "index.md").read_text()) == _commands((ROOT / "README.md").read_text())
 
 
+def test_ci_runs_the_readme_test_command():
+    test_command = _commands((ROOT / "README.md").read_text()).splitlines()[1]
+    assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == test_command
+
+
 def test_every_docs_page_is_in_the_site_nav():
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
