@@ -484,8 +484,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="the dated JSON written (default docs/ecosystem.json; with --from-json "
                                        "only when given)")
     parser.add_argument("--markdown", default="docs/ecosystem.md", help="the page written (docs/ecosystem.md)")
-    parser.add_argument("--scoreboard", default="docs/scoreboard.md",
-                        help="the site's scoreboard page written from the same JSON (docs/scoreboard.md)")
+    parser.add_argument("--scoreboard", help="the site's scoreboard page written from the same JSON (default: "
+                                             "scoreboard.md beside --markdown)")
     parser.add_argument("--from-json", help="render the Markdown from this JSON instead of running")
     parser.add_argument("--impl", action="append", help="built-in names to run (default: all)")
     parser.add_argument("--merge", action="store_true",
@@ -511,6 +511,7 @@ def main(argv=None) -> int:
     if args.json:
         write_atomic(args.json, json.dumps(report, indent=1) + "\n", what="--json")
     write_atomic(args.markdown, render_markdown(report), what="--markdown")
+    args.scoreboard = args.scoreboard or str(Path(args.markdown).with_name("scoreboard.md"))
     write_atomic(args.scoreboard, render_scoreboard(report), what="--scoreboard")
     print(f"wrote {args.markdown}, {args.scoreboard}" + (f" and {args.json}" if args.json else ""))
     return 0

@@ -83,7 +83,9 @@ def test_one_command_writes_the_json_and_the_page(tmp_path):
     assert entry["installed"] and entry["summary"]["fail"] == 0 and entry["summary"]["pass"] > 100
     assert entry["angles"] == "float32" and entry["generated"] == report["generated"]
     assert f"| mlx | {entry['version']} | float32 |" in out_md.read_text()
+    assert f"<th>mlx</th><td>{entry['version']}</td>" in (tmp_path / "scoreboard.md").read_text()
     before = out_json.read_text()
     assert ecosystem.main(["--from-json", str(out_json), "--markdown", str(tmp_path / "again.md")]) == 0
     assert (tmp_path / "again.md").read_text() == out_md.read_text() and out_json.read_text() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.md", "eco.json", "eco.md"]  # nothing else written
+    # nothing else written: the scoreboard goes beside the page it was asked for
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.md", "eco.json", "eco.md", "scoreboard.md"]
