@@ -16,7 +16,7 @@ from .fire import fire_bias
 from .kerple import kerple_bias, sandwich_bias
 from .learned import learned, resize_table, resize_weights
 from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
-from .mrope import mrope_position_ids
+from .mrope import mrope_position_ids, tmrope_position_ids
 from .packing import (
                       cp_indices,
                       cp_positions,
@@ -66,6 +66,7 @@ __all__ = [
     "scaling_from_hf_config",
     "load_hf_config",
     "mrope_position_ids",
+    "tmrope_position_ids",
     "rope_schedule_from_hf_config",
     "indexer_rope_schedule_from_hf_config",
     "apply_mla_rope",

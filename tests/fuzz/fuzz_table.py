@@ -901,6 +901,16 @@ def b_mrope_position_ids(draw):
     return Call((types,), dict(image_grid_thw=image, spatial_merge_size=pick(draw, [2], 0, 3)))
 
 
+def b_tmrope_position_ids(draw):
+    """`text <vision_start> 4 image tokens <vision_end> text` with the 4 x 4 grid they need, perturbed."""
+    ids = np.array([[1, 2, 8, 5, 5, 5, 5, 9, 3]], np.float64 if _bad_allowed(draw, 0.2) else np.int64)
+    image = np.array([pick(draw, [[1, 4, 4]], [1, 2, 2], [0, 4, 4], [1, 3, 4])])
+    return Call((ids,), dict(image_grid_thw=image, spatial_merge_size=pick(draw, [2], 0, 3),
+                             position_id_per_seconds=pick(draw, [25, 12.5], 0, float("nan")),
+                             image_token_id=pick(draw, [5], -1), video_token_id=6, audio_token_id=7,
+                             vision_start_token_id=8, audio_start_token_id=4))
+
+
 #: a config reader's messages name the config's fields
 CONFIG_FIELDS = ("model_type", "rope_scaling", "rope_parameters", "rope_theta", "partial_rotary_factor", "head_dim",
                  "no_rope_layers", "max_position_embeddings", "rotary_dim", "scaling", "base", "layout")
@@ -940,6 +950,7 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     # spec-only names: fuzzed in the spec alone (a result, or ValueError/TypeError naming an argument)
     Entry("sinusoid_inv_freq", b_sinusoid_inv_freq), Entry("resize_weights", b_resize_weights),
     Entry("tolerance", b_tolerance), Entry("mrope_position_ids", b_mrope_position_ids),
+    Entry("tmrope_position_ids", b_tmrope_position_ids),
     Entry("load_hf_config", b_load_hf_config, also_names=CONFIG_FIELDS),
     Entry("indexer_rope_schedule_from_hf_config", b_indexer_rope_schedule_from_hf_config, also_names=CONFIG_FIELDS),
 ]}
