@@ -136,7 +136,10 @@ def _failures(records) -> str:
                  f'{_esc(r["backend"])} {_esc(r["dtype"])} {_esc(r["mode"])}: {r["status"].upper()}']
         if r.get("diagnosis"):
             lines.append(f'<span class="diagnosis">diagnosis: {_esc(r["diagnosis"])}</span>'
-                         + (f" &mdash; {_esc(r['diagnosis_text'])}" if r.get("diagnosis_text") else ""))
+                         + (f" &mdash; {_esc(r['diagnosis_detail'])}" if r.get("diagnosis_detail") else ""))
+        if r.get("worst_angle_err") is not None:
+            lines.append(f"worst angle error {_num(r['worst_angle_err'])} rad at position "
+                         f"{_esc(r.get('worst_angle_position'))}")
         if r.get("max_abs_err") is not None:
             lines.append(f"max err {_num(r['max_abs_err'])}{_esc(where)}, tol {_num(r.get('tol'))}, "
                          f"err/tol {_num(r.get('err_in_tol'))}")
@@ -152,8 +155,6 @@ def _settings(report) -> str:
     rows = [("command", "posenc " + " ".join(report.get("argv") or [])), ("seed", report.get("seed")),
             ("seconds", report.get("seconds")), ("python", report.get("python"))]
     rows += [(name, version) for name, version in sorted((report.get("versions") or {}).items())]
-    impls = sorted({(r["backend"], r["impl"]) for r in report["records"] if r.get("impl")})
-    rows += [(f"implementation {name}", version) for name, version in impls]
     return ('<table id="settings">' + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
             + "</table>")
 

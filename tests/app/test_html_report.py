@@ -32,7 +32,8 @@ def _synthetic():
         _record("rope", "hf-llama", "short", "torch", "float32", "eager", "pass", 0.01),
         _record("rope", "hf-llama", "short", "torch", "float32", "jit", "pass", 0.2),
         _record("rope", "hf-llama", "long", "my-kernel", "float32", "eager", "fail", 31.0, diagnosis="layout",
-                diagnosis_text="your outputs equal the spec with layout='interleaved'",
+                diagnosis_detail="your outputs equal the spec with layout='interleaved'", worst_angle_err=3.1,
+                worst_angle_position=1048575,
                 error_by_position=[[0, 1e-7], [4097, 1e-4], [1048575, 0.2]]),
         _record("rope", "hf-llama", "long", "torch", "float32", "eager", "pass", 0.03,
                 error_by_position=[[0, 1e-8], [4097, 2e-8], [1048575, 4e-8]]),
@@ -57,7 +58,7 @@ def test_one_data_status_element_per_comparison():
     # failures come before the matrix, each with its tolerance derivation and diagnosis in words
     assert page.index('id="failure-list"') < page.index('id="matrix"')
     assert "diagnosis: layout" in page and "layout=&#x27;interleaved&#x27;" in page
-    assert "2*eps32*|angle| + 1e-6 rad" in page
+    assert "2*eps32*|angle| + 1e-6 rad" in page and "worst angle error 3.1 rad at position 1048575" in page
     assert 'title="skipped: no bf16 here"' in page
     assert "<svg" in page and "rope / long, float32" in page
 
