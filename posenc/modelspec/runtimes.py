@@ -63,6 +63,11 @@ def _note(findings, key, message, lint=False):
     findings.append(Finding(key, message, lint))
 
 
+#: config keys mlx-lm's ModelArgs read and transformers does not: `rope_traditional` (mlx-lm 0.32.2
+#: models/llama.py, qwen2.py: `traditional=` of `initialize_rope`, True = interleaved pairs)
+MLX_ONLY_KEYS = ("rope_traditional",)
+
+
 def _mlx_config(raw: dict, findings: list) -> dict:
     cfg = copy.deepcopy(raw)
     model_type = cfg.get("model_type")
@@ -271,7 +276,9 @@ def runtime_spec(config: dict, runtime: str, *, source: str = "<dict>", max_mode
         _note(findings, "hf_overrides", f"merged into the config: {sorted(hf_overrides)}")
     if runtime == "mlx":
         raw = _mlx_config(raw, findings)
-    spec = read_hf_config(raw, source=source)
+    # keys only mlx-lm reads are read by _mlx_layer below; the HF reading refuses keys HF does not read
+    hf_raw = {k: v for k, v in raw.items() if k not in MLX_ONLY_KEYS} if runtime == "mlx" else raw
+    spec = read_hf_config(hf_raw, source=source)
     spec.findings.extend(findings)
     cfg = raw.get("text_config") if isinstance(raw.get("text_config"), dict) and "rope_theta" not in raw and \
         "rope_parameters" not in raw and "rope_scaling" not in raw else raw

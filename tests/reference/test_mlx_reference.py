@@ -264,14 +264,7 @@ RUNTIME_CONFIGS = {
 }
 
 
-_READER_REFUSES = pytest.mark.xfail(
-    strict=True, raises=ValueError,
-    reason="posenc.modelspec's HF reader refuses the key rope_traditional before the mlx runtime "
-           "(_mlx_layer) can read it as the interleaved layout")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_READER_REFUSES) if n == "interleaved" else n
-                                  for n in sorted(RUNTIME_CONFIGS)])
+@pytest.mark.parametrize("name", sorted(RUNTIME_CONFIGS))
 def test_runtime_spec_mlx_is_what_mlx_lm_rotates(name):
     """`posenc spec --runtime mlx`'s reading of a config, applied by posenc_mlx, equals the rope mlx-lm's
     `models/llama.py` builds from the same config (`initialize_rope(head_dim, rope_theta, rope_traditional,
