@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -137,6 +138,12 @@ class Adapter:
     def jit_errors(self, *errors) -> tuple:
         """The exception classes a jit-compiled call raises for `errors` raised while it is traced."""
         return errors
+
+    def compile_cache_environ(self, directory) -> dict:
+        """Environment variables that keep this framework's compiled programs under `directory` across
+        processes and runs (`posenc check --compile-cache`), set before the framework is imported; {} when it
+        has no persistent cache worth keeping."""
+        return {}
 
     def jit_counting_traces(self, fn, *, compile_backend: str = DEFAULT_TORCH_COMPILE_BACKEND):
         """`(compiled fn, traces)`: `jit(fn)` and a function returning how often it has been traced (compiled)
@@ -396,6 +403,13 @@ class TFAdapter(Adapter):
 class JaxAdapter(Adapter):
     name, package, framework = "jax", "posenc_jax", "jax"
     distributions, cost = ("jax", "jaxlib", "flax"), 1.4
+
+    def compile_cache_environ(self, directory):
+        # JAX reads these at import: its persistent cache keeps every executable (its eager calls compile
+        # too), keyed by the program and the jaxlib version, so a second run reuses them
+        return {"JAX_COMPILATION_CACHE_DIR": os.path.join(directory, "jax"),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
 
     def from_numpy(self, array):
         import jax.numpy as jnp

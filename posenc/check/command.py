@@ -10,7 +10,7 @@ import time
 
 from posenc_np.conventions import conventions, families
 
-from ..adapters import ADAPTERS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS
+from ..adapters import ADAPTERS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS, adapter
 from ..adapters import CHECK_BACKENDS as BACKENDS
 from ..errors import UsageError
 from ..io import check_output, parse_choices, write_atomic
@@ -80,6 +80,7 @@ def run(args) -> int:
     if impls and "eager" not in modes:
         raise UsageError(f"--impl runs implementations eagerly; --mode {','.join(modes)} excludes eager")
     cases = select(cases, encodings=encodings, dtypes=dtypes, modes=modes)
+    _use_compile_cache(args.compile_cache, backends)
     runtimes = _distributed_runtimes(backends) if args.distributed else []
     started = time.perf_counter()
     progress = None if args.quiet else terminal_progress()
@@ -110,6 +111,23 @@ def run(args) -> int:
         write_atomic(args.markdown, markdown_table(records), what="--markdown report")
     failed = any(r.status in ("fail", "error") for r in records)
     return 1 if failed else 0
+
+
+def default_compile_cache() -> str:
+    """`$POSENC_COMPILE_CACHE`, else `$XDG_CACHE_HOME/posenc/compile` (`~/.cache/posenc/compile`)."""
+    if os.environ.get("POSENC_COMPILE_CACHE"):
+        return os.environ["POSENC_COMPILE_CACHE"]
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posenc", "compile")
+
+
+def _use_compile_cache(directory, backends) -> None:
+    """Each backend's persistent compilation cache under `directory` ("none": off), through the environment
+    the suite's workers start with; a variable the user set already is kept."""
+    if directory == "none":
+        return
+    for name in backends:
+        for key, value in adapter(name).compile_cache_environ(directory).items():
+            os.environ.setdefault(key, value)
 
 
 def _impl_specs(values) -> list[str]:
@@ -232,6 +250,10 @@ def add_parser(subparsers) -> None:
     check.add_argument("--verbose", "-v", action="store_true",
                        help="list every passing comparison, and show the frameworks' own log lines")
     check.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    check.add_argument("--compile-cache", metavar="DIR", default=default_compile_cache(),
+                       help="keep the backends' compiled programs here across runs (JAX's persistent cache: its "
+                            "eager and jit calls compile; a warm cache saves most of JAX's time); 'none' turns it "
+                            "off (default: $POSENC_COMPILE_CACHE or ~/.cache/posenc/compile)")
     check.add_argument("--distributed", action="store_true",
                        help="also run the sharded-runtime section: JAX NamedSharding/shard_map on 8 host CPU "
                             "devices and torch.distributed (gloo, 4 processes) with DTensor, those --backend "
