@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -80,13 +81,13 @@ def run(args) -> int:
     if impls and "eager" not in modes:
         raise UsageError(f"--impl runs implementations eagerly; --mode {','.join(modes)} excludes eager")
     cases = select(cases, encodings=encodings, dtypes=dtypes, modes=modes)
-    _use_compile_cache(args.compile_cache, backends)
     runtimes = _distributed_runtimes(backends) if args.distributed else []
     started = time.perf_counter()
     progress = None if args.quiet else terminal_progress()
-    records = [] if not backends else run_parallel(
-        cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require, jobs=args.jobs,
-        compile_backend=args.torch_compile_backend, timeout=args.timeout, progress=progress)
+    with _compile_cache(args.compile_cache, backends):
+        records = [] if not backends else run_parallel(
+            cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require, jobs=args.jobs,
+            compile_backend=args.torch_compile_backend, timeout=args.timeout, progress=progress)
     if impls and args.jobs == 1 and args.timeout is None:
         records += run_implementations(cases, impls, dtypes=dtypes, seed=args.seed, progress=progress)
     elif impls:  # a worker process per SPEC: a kernel that crashes or hangs is reported, never the end of the run
@@ -120,14 +121,22 @@ def default_compile_cache() -> str:
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posenc", "compile")
 
 
-def _use_compile_cache(directory, backends) -> None:
-    """Each backend's persistent compilation cache under `directory` ("none": off), through the environment
-    the suite's workers start with; a variable the user set already is kept."""
-    if directory == "none":
-        return
-    for name in backends:
-        for key, value in adapter(name).compile_cache_environ(directory).items():
-            os.environ.setdefault(key, value)
+@contextlib.contextmanager
+def _compile_cache(directory, backends):
+    """Each backend's persistent compilation cache under `directory` ("none": off) in the environment the
+    suite's workers start with (and an in-process run's first framework import reads), for the run only;
+    a variable the user set already is kept."""
+    added = {}
+    if directory != "none":
+        for name in backends:
+            for key, value in adapter(name).compile_cache_environ(directory).items():
+                if key not in os.environ:
+                    added[key] = os.environ[key] = value
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def _impl_specs(values) -> list[str]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -15,7 +16,8 @@ RUN = [sys.executable, "-m", "posenc", "check", "--encoding", "alibi", "--backen
 
 
 def _check(*extra):
-    proc = subprocess.run([*RUN, *extra], capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION", "JAX_PERSISTENT"))}
+    proc = subprocess.run([*RUN, *extra], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc.stdout.strip().splitlines()[-1]
 
@@ -40,3 +42,13 @@ def test_compile_cache_none_keeps_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "posenc").exists()
     _check()  # the default: under $XDG_CACHE_HOME
     assert any((tmp_path / "posenc" / "compile" / "jax").iterdir())
+
+
+def test_the_cache_settings_do_not_outlive_the_run(tmp_path, monkeypatch):
+    """An in-process `posenc check` sets the cache variables for its run only (a later framework import in the
+    same process, e.g. the next test, must not inherit them)."""
+    from posenc.cli import main
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert main(RUN[3:] + ["--compile-cache", str(tmp_path / "cache")]) == 0
+    assert "JAX_COMPILATION_CACHE_DIR" not in os.environ
