@@ -18,9 +18,6 @@ does: the tests below show mlx-lm equal to the variant and different from the HF
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -33,14 +30,13 @@ posenc_mlx = pytest.importorskip("posenc_mlx")
 
 
 def _rope_utils():
-    spec = importlib.util.find_spec("mlx_lm")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("mlx-lm is not installed (requirements-nodeps.txt)")
-    path = Path(list(spec.submodule_search_locations)[0], "models", "rope_utils.py")
-    module_spec = importlib.util.spec_from_file_location("mlx_lm_rope_utils", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+    from posenc.impl import ImplementationUnavailable
+    from posenc.impl.builtin.mlx_lm import rope_utils as load  # the --impl mlx-lm adapter's loader
+
+    try:
+        return load()
+    except ImplementationUnavailable as error:
+        pytest.skip(f"{error} (requirements-nodeps.txt)")
 
 
 rope_utils = _rope_utils()
