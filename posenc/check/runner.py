@@ -132,7 +132,7 @@ def run(cases, *, backends, dtypes, modes, seed=0, require=(), progress=None, ji
             records.append(Record(**base, status="skip", message=f"not supported: {error}"))
             continue
         except Exception as error:  # one failing backend must not hide the rest of the matrix
-            text = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            text = _one_line(error)
             refused = is_edge_case(case)  # in the edge set refusing is correct (an ONNX graph's cache, a kernel)
             records.append(Record(**base, status="pass" if refused else "error", tol=tol.atol, tol_why=tol.why,
                                   message=f"refused (raising is correct here): {text}" if refused else text,
@@ -202,16 +202,28 @@ def _test_fault(backends):
         raise RuntimeError(f"{WORKER_FAULT_ENV} asked this worker to fail")
 
 
-def _group_main(conn, args):
-    """Entry point of a worker process: sends `("ok", records)` or `("error", message)` back on `conn`."""
+def _one_line(error) -> str:
+    """`Type: first line of the message` (at most 300 characters) for a record or a worker's reply."""
+    text = str(error)
+    return f"{type(error).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _reply(conn, compute) -> None:
+    """Send `("ok", compute())` or `("error", message)` on a worker's `conn`: a failure is reported as that
+    worker's comparisons failing, never lost."""
     try:
-        reply = ("ok", _run_group(*args))
-    except BaseException as error:  # reported as that group's backends failing, never lost
-        reply = ("error", f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+        reply = ("ok", compute())
+    except BaseException as error:
+        reply = ("error", _one_line(error))
     try:
         conn.send(reply)
     finally:
         conn.close()
+
+
+def _group_main(conn, args):
+    """Entry point of a worker process: sends `("ok", records)` or `("error", message)` back on `conn`."""
+    _reply(conn, lambda: _run_group(*args))
 
 
 def _exit_reason(process) -> str:
@@ -330,7 +342,7 @@ def run_implementations(cases, impls, *, dtypes, seed=0, progress=None):
             records.append(Record(**base, status="skip", message=f"not supported: {error}"))
             continue
         except Exception as error:  # noqa: BLE001 - one failing implementation must not hide the matrix
-            text = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            text = _one_line(error)
             status, message = ("pass", f"refused (raising is correct here): {text}") if edge else ("error", text)
             records.append(Record(**base, status=status, message=message, seconds=time.perf_counter() - started))
             continue
@@ -567,7 +579,7 @@ def run_implementations_isolated(cases, specs, *, dtypes, seed=0, timeout=None, 
 
 def _impl_main(conn, args):
     """Worker entry point of `run_implementations_isolated`: `("ok", records)` or `("error", message)`."""
-    try:
+    def compute():
         ids, spec, dtypes, seed, environ = args
         import os
 
@@ -577,11 +589,7 @@ def _impl_main(conn, args):
         from .registry import all_cases
 
         wanted = set(ids)
-        reply = ("ok", run_implementations([c for c in all_cases() if c.id in wanted], resolve(spec),
-                                           dtypes=dtypes, seed=seed))
-    except BaseException as error:  # reported as that SPEC's comparisons failing, never lost
-        reply = ("error", f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
-    try:
-        conn.send(reply)
-    finally:
-        conn.close()
+        return run_implementations([c for c in all_cases() if c.id in wanted], resolve(spec), dtypes=dtypes,
+                                   seed=seed)
+
+    _reply(conn, compute)
