@@ -180,7 +180,7 @@ def _run_group(case_ids, backends, dtypes, modes, seed, require, environ, compil
                compile_backend=compile_backend)
 
 
-#: Test hook (tests/app/test_faults.py): `POSENC_TEST_WORKER_FAULT=<backend>:<exit|kill|hang|raise>[,...]` makes the
+#: Test hook (tests/app/check/test_faults.py): `POSENC_TEST_WORKER_FAULT=<backend>:<exit|kill|hang|raise>[,...]` makes the
 #: worker process running that backend die (os._exit, SIGKILL), hang or raise before it runs a case, as a
 #: framework segfault or the out-of-memory killer would.
 WORKER_FAULT_ENV = "POSENC_TEST_WORKER_FAULT"

@@ -41,7 +41,7 @@ __all__ = ["onnx_call", "SUPPORTED", "NotExportable"]
 #: Above this many cache rows a case feeds a compacted cache: one row per distinct position of the case,
 #: holding the spec's values for that position, and positions replaced by row indices (LongRoPE's
 #: in-graph length test reads the true positions back from the rows). A million-row cache costs
-#: seconds per graph; tests/app/test_export.py runs the full-size cache of an exported model.
+#: seconds per graph; tests/app/onnx/test_export.py runs the full-size cache of an exported model.
 COMPACT_ABOVE = 1 << 14
 
 SUPPORTED = ("apply_rope", "sinusoidal", "learned", "alibi_bias", "t5_bias", "relative_embeddings")

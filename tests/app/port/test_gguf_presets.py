@@ -1,5 +1,5 @@
 """GGUF presets without llama.cpp installed: `--outtype`'s files and report, Gemma 2/3's metadata, and the
-refusals (exit 2, one line, nothing written). What llama.cpp computes for each is tests/app/test_llamacpp.py.
+refusals (exit 2, one line, nothing written). What llama.cpp computes for each is tests/app/port/test_llamacpp.py.
 
 References: the `gguf` package's reader and quantizers (gguf-py 0.19); llama.cpp's loader rules as read in
 the llama.cpp llama-cpp-python 0.3.36 vendors (src/models/gemma2.cpp, gemma3.cpp, phi3.cpp, llama.cpp).

@@ -12,7 +12,7 @@ from posenc.errors import UsageError
 from posenc.port import hf_config
 from posenc.port.presets import keras_llama
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_heads_honours_head_dim():

@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 
 from posenc.check.registry import DTYPES, all_cases  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _example() -> str:

@@ -443,7 +443,7 @@ def test_peak_memory_stays_under_twice_the_largest_tensor(tmp_path):
     """benchmarks/bench_port_memory.py at a small scale: 4 tensors of 32 MiB, all transposed."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks",
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "benchmarks",
                         "bench_port_memory.py")
     spec = importlib.util.spec_from_file_location("bench_port_memory", path)
     bench = importlib.util.module_from_spec(spec)
