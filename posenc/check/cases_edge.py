@@ -17,13 +17,14 @@ import numpy as np
 from posenc_np._dtypes import numpy_dtype
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 
+from ..impl.implementation import TABLE_ROWS
 from .registry import Case, register
 
 __all__ = ["EDGE_CONVENTION", "EDGE_TABLE_ROWS", "is_edge_case", "NON_CONTIGUOUS_WIDTH"]
 
 EDGE_CONVENTION = "edge"
 #: The table length the edge set's "past the table" positions go past.
-EDGE_TABLE_ROWS = 4096
+EDGE_TABLE_ROWS = TABLE_ROWS
 #: The non-contiguous case's `x` is `wide[..., :16]` of an array this many times wider, the rest NaN: an
 #: implementation that reads past the view's row returns non-finite values.
 NON_CONTIGUOUS_WIDTH = 3

@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 
 from ..adapters import NotSupported
 
-__all__ = ["Implementation", "ImplementationUnavailable", "ANGLE_CLASSES", "ROPE_LAYOUTS", "NotSupported",
+__all__ = ["Implementation", "ImplementationUnavailable", "ANGLE_CLASSES", "ROPE_LAYOUTS", "TABLE_ROWS", "NotSupported",
            "accepts_keyword", "contract_default", "passed_keywords"]
 
 #: The precision classes of RoPE angles (docs/tolerances.md, "Other implementations"):
@@ -24,6 +24,9 @@ __all__ = ["Implementation", "ImplementationUnavailable", "ANGLE_CLASSES", "ROPE
 #: `p * inv_freq`, "table" posenc builds the cos/sin tables in float64 and only their application is judged.
 ANGLE_CLASSES = ("float64", "float32", "table")
 ROPE_LAYOUTS = ("half", "interleaved")
+#: The table length of built-ins whose cos/sin cache length is theirs to choose, and the length the edge
+#: set's "past the table" positions go past (`posenc.check.cases_edge`).
+TABLE_ROWS = 4096
 
 
 class ImplementationUnavailable(ImportError):
