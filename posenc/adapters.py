@@ -29,7 +29,7 @@ import numpy as np
 from posenc_np._dtypes import dtype_name, numpy_dtype
 from posenc_np._freeze import freeze as _freeze
 
-__all__ = ["Adapter", "ADAPTERS", "NotSupported", "CHECK_BACKENDS", "adapter", "adapter_for", "BACKENDS", "SPEC",
+__all__ = ["Adapter", "ADAPTERS", "NotSupported", "trailing_view_base", "CHECK_BACKENDS", "adapter", "adapter_for", "BACKENDS", "SPEC",
            "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable", "FRAMEWORKS",
            "FRAMEWORK_CODE"]
 
@@ -71,6 +71,17 @@ class BackendUnavailable(ImportError):
     pass
 
 
+def trailing_view_base(array):
+    """The C-contiguous array `array` is the view `base[..., :n]` of, or None when it is not such a view."""
+    base = getattr(array, "base", None)
+    if (isinstance(array, np.ndarray) and not array.flags.c_contiguous and isinstance(base, np.ndarray)
+            and base.ndim == array.ndim and base.flags.c_contiguous and base.shape[:-1] == array.shape[:-1]
+            and array.strides == base.strides
+            and array.__array_interface__["data"][0] == base.__array_interface__["data"][0]):
+        return base
+    return None
+
+
 class NotSupported(Exception):
     """This backend cannot express this case (an encoding, dtype or input form it has no graph for).
 
@@ -110,6 +121,17 @@ class Adapter:
 
     def to_numpy(self, tensor) -> np.ndarray:
         raise NotImplementedError
+
+    def from_numpy_keeping_views(self, array):
+        """`from_numpy`, except that a view `base[..., :n]` of a wider C-contiguous array becomes the same
+        view of the converted base: a case's non-contiguous input reaches the function non-contiguous
+        (in frameworks with views; the others slice a copy)."""
+        base = trailing_view_base(array)
+        return self.from_numpy(array) if base is None else self.from_numpy(base)[..., : array.shape[-1]]
+
+    #: whether raising can be a correct refusal of a case's inputs (`Case.refusals`): only a backend that
+    #: reads a table of positions may refuse positions outside it
+    may_refuse: bool = False
 
     def dtype(self, name):
         """The framework dtype object for a dtype name ("float32", "bfloat16", ...)."""
@@ -203,7 +225,7 @@ class Adapter:
         module = self.module
         target = (lambda mod, *a, **k: getattr(mod, fn)(*a, **k)) if isinstance(fn, str) else fn
         is_array = [isinstance(a, np.ndarray) for a in args]
-        arrays = [self.from_numpy(a) for a, flag in zip(args, is_array, strict=True) if flag]
+        arrays = [self.from_numpy_keeping_views(a) for a, flag in zip(args, is_array, strict=True) if flag]
         statics = [a for a, flag in zip(args, is_array, strict=True) if not flag]
 
         def bound(*tensors):
@@ -521,6 +543,8 @@ class OnnxAdapter(NumpyAdapter):
 
     name, package, framework = "onnx", "posenc.onnx.backend", "onnxruntime"
     distributions, cost = ("onnx", "onnxruntime"), 0.3
+    #: the graphs read a cos/sin cache (ONNX Runtime's RotaryEmbedding refuses positions outside it)
+    may_refuse = True
 
     def available(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))

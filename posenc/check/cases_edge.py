@@ -2,12 +2,15 @@
 
 Positions past a table, negative positions, per-row (tensor) offsets past a table, a single decode token
 past it, non-contiguous inputs, batch rows at different offsets. posenc's own backends have no table and
-must equal the spec on every one. For another implementation (`posenc check --impl`) refusing any of
-them (raising) is correct, a result must equal the spec, and rows returned unrotated or non-finite
-values are failures (diagnosis `unrotated`, `non-finite`). "Past the table" means past
-`EDGE_TABLE_ROWS`: an implementation that reads a cos/sin cache declares its length
-(`Implementation(max_positions=...)`); built-ins whose cache length is theirs to choose build it with
-`EDGE_TABLE_ROWS` rows.
+must equal the spec on every one: any exception from them is an error. An implementation
+(`posenc check --impl`) or backend that declares a table (`Implementation(max_positions=...)`,
+`Adapter.may_refuse`: ONNX Runtime's cos/sin cache) may refuse them by raising one of `EDGE_REFUSALS`
+(the declared refusals, as PyTorch OpInfo's `ErrorInput` pins an error type); any other exception is
+an error naming it, and `NotSupported` stays what it is everywhere, a skip with its reason. A result must equal the spec; rows returned unrotated or non-finite values are
+failures (diagnosis `unrotated`, `non-finite`). "Past the table" means past `EDGE_TABLE_ROWS`
+(`posenc.impl.implementation.TABLE_ROWS`); built-ins whose cache length is theirs to choose build it
+with that many rows. The non-contiguous input reaches every backend and implementation as a view
+(`Adapter.from_numpy_keeping_views`) in frameworks that have views.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 from ..impl.implementation import TABLE_ROWS
 from .registry import Case, register
 
-__all__ = ["EDGE_CONVENTION", "EDGE_TABLE_ROWS", "is_edge_case", "NON_CONTIGUOUS_WIDTH"]
+__all__ = ["EDGE_CONVENTION", "EDGE_TABLE_ROWS", "EDGE_REFUSALS", "NON_CONTIGUOUS_WIDTH"]
 
 EDGE_CONVENTION = "edge"
 #: The table length the edge set's "past the table" positions go past.
 EDGE_TABLE_ROWS = TABLE_ROWS
+#: The correct refusals of a position outside a table: an index error (torch and NumPy indexing) or a
+#: ValueError naming the argument (posenc's policy).
+EDGE_REFUSALS = (IndexError, ValueError)
 #: The non-contiguous case's `x` is `wide[..., :16]` of an array this many times wider, the rest NaN: an
 #: implementation that reads past the view's row returns non-finite values.
 NON_CONTIGUOUS_WIDTH = 3
@@ -47,11 +53,6 @@ EDGE_SETS = {
 }
 
 
-def is_edge_case(case: Case) -> bool:
-    """Whether `case` belongs to the edge set (where an implementation may refuse by raising)."""
-    return case.convention == EDGE_CONVENTION
-
-
 def _edge_case(case_set, layout):
     shape, positions, words = EDGE_SETS[case_set]
 
@@ -68,7 +69,7 @@ def _edge_case(case_set, layout):
 
     suffix = "" if layout == "half" else "-interleaved"
     register(Case("apply_rope", EDGE_CONVENTION, case_set + suffix, make, tol, modes=("eager",),
-                  description=f"{layout}: {words}"))
+                  description=f"{layout}: {words}", refusals=EDGE_REFUSALS))
 
 
 for _layout in ("half", "interleaved"):

@@ -14,8 +14,17 @@ from posenc_np.conventions import conventions, families
 from ..adapters import ADAPTERS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS, adapter
 from ..adapters import CHECK_BACKENDS as BACKENDS
 from ..errors import UsageError
+from ..impl import ImplementationUnavailable
+from ..impl.builtin import BUILTINS, builtin_module, builtin_status
+from ..impl.resolve import ENV, ImplementationSpecError, declared_names, resolve, split_env
 from ..io import check_output, parse_choices, write_atomic
-from .registry import DTYPES, MODES
+from .html import render_html
+from .record import UNVERSIONED
+from .registry import DTYPES, MODES, all_cases
+from .report import json_report, markdown_table, summary_line, terminal_table
+from .run import terminal_progress
+from .run_impl import run_implementations
+from .workers import run_implementations_isolated, run_parallel
 
 __all__ = ["add_parser", "run", "select"]
 
@@ -50,11 +59,6 @@ def select(cases, *, encodings=None, dtypes=DTYPES, modes=MODES):
 
 
 def run(args) -> int:
-    from .html import render_html
-    from .registry import all_cases
-    from .report import json_report, markdown_table, summary_line, terminal_table
-    from .runner import run_implementations, run_implementations_isolated, run_parallel, terminal_progress
-
     cases = all_cases()
     # families of the contract's encodings, then those only cases name (e.g. the reference `attention`)
     case_families = [f for f in dict.fromkeys(c.family for c in cases) if f not in families()]
@@ -64,9 +68,10 @@ def run(args) -> int:
     if impl_specs == ["list"]:
         print(_impl_list())
         return 0
-    impls, names_by_spec = _implementations(impl_specs)
+    in_process = args.jobs == 1 and args.timeout is None
+    impls, names_by_spec = _implementations(impl_specs, in_process=in_process)
     # with --impl only the named implementations run, unless --backend names posenc's own alongside
-    backends = parse_choices(args.backend, BACKENDS, "--backend", default=[] if impls else list(BACKENDS))
+    backends = parse_choices(args.backend, BACKENDS, "--backend", default=[] if names_by_spec else list(BACKENDS))
     dtypes = parse_choices(args.dtype, DTYPES, "--dtype", default=list(DTYPES))
     modes = parse_choices(args.mode, MODES, "--mode", default=list(MODES))
     require = parse_choices(args.require, BACKENDS, "--require", default=[])
@@ -78,7 +83,7 @@ def run(args) -> int:
     for flag, path in (("--json", args.json), ("--markdown", args.markdown), ("--html", args.html)):
         if path:
             check_output(path, what=f"{flag} report")
-    if impls and "eager" not in modes:
+    if names_by_spec and "eager" not in modes:
         raise UsageError(f"--impl runs implementations eagerly; --mode {','.join(modes)} excludes eager")
     cases = select(cases, encodings=encodings, dtypes=dtypes, modes=modes)
     runtimes = _distributed_runtimes(backends) if args.distributed else []
@@ -88,9 +93,9 @@ def run(args) -> int:
         records = [] if not backends else run_parallel(
             cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require, jobs=args.jobs,
             compile_backend=args.torch_compile_backend, timeout=args.timeout, progress=progress)
-    if impls and args.jobs == 1 and args.timeout is None:
+    if impls:
         records += run_implementations(cases, impls, dtypes=dtypes, seed=args.seed, progress=progress)
-    elif impls:  # a worker process per SPEC: a kernel that crashes or hangs is reported, never the end of the run
+    elif names_by_spec:  # a worker process per SPEC: a kernel that crashes or hangs is reported, never the end of the run
         records += run_implementations_isolated(cases, names_by_spec, dtypes=dtypes, seed=args.seed,
                                                 timeout=args.timeout, progress=progress)
     print(terminal_table(records, verbose=args.verbose, summary=False))
@@ -102,7 +107,8 @@ def run(args) -> int:
     # the last line counts every comparison of the reports, the distributed section's included
     print(summary_line(records))
     if args.json or args.html:
-        versions = {**_versions(), **{f"impl:{i.name}": i.version for i in impls if i.version}}
+        versions = {**_versions(), **{f"impl:{r.backend}": r.impl for r in records
+                                      if r.impl and r.impl != UNVERSIONED}}
         report = json_report(records, argv=sys.argv[1:], seed=args.seed, seconds=seconds, versions=versions)
     if args.json:
         write_atomic(args.json, report, what="--json report")
@@ -141,8 +147,6 @@ def _compile_cache(directory, backends):
 
 def _impl_specs(values) -> list[str]:
     """The `--impl` SPECs (repeatable, comma-separated), else those of `POSENC_IMPL`; `list` stands alone."""
-    from ..impl.resolve import ENV, split_env
-
     specs = [v for value in values for v in split_env(value)] if values else split_env(os.environ.get(ENV))
     if values and not specs:
         raise UsageError(f"--impl {','.join(values)!r} names nothing; give a built-in name, module:attr or "
@@ -152,21 +156,22 @@ def _impl_specs(values) -> list[str]:
     return list(dict.fromkeys(specs))
 
 
-def _implementations(specs) -> tuple[list, dict]:
-    """The Implementations the SPECs name, and each SPEC's implementation names; a SPEC naming nothing usable
-    is a UsageError naming it."""
-    from ..impl import ImplementationUnavailable
-    from ..impl.resolve import ImplementationSpecError, resolve
-
+def _implementations(specs, *, in_process: bool) -> tuple[list, dict]:
+    """`(Implementations, {spec: names})`: in process, the Implementations the SPECs name; otherwise none
+    (each SPEC is resolved once, in its worker) and the names a built-in declares (`declared_names`), a
+    user's SPEC being resolved here only to name it. A SPEC naming nothing usable is a UsageError naming it."""
     impls, names_by_spec = [], {}
     for spec in specs:
         try:
-            found = resolve(spec)
+            names = None if in_process else declared_names(spec)
+            if names is None:
+                found = resolve(spec)
+                impls += found if in_process else []
+                names = [i.name for i in found]
         except (ImplementationSpecError, ImplementationUnavailable) as error:
             raise UsageError(str(error)) from None
-        impls += found
-        names_by_spec[spec] = [i.name for i in found]
-    names = [i.name for i in impls]
+        names_by_spec[spec] = list(names)
+    names = [n for found in names_by_spec.values() for n in found]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise UsageError(f"--impl names two implementations called {', '.join(map(repr, repeated))}")
@@ -175,8 +180,6 @@ def _implementations(specs) -> tuple[list, dict]:
 
 def _impl_list() -> str:
     """`--impl list`: every built-in with installed / not installed, its version and distribution."""
-    from ..impl.builtin import BUILTINS, builtin_module, builtin_status
-
     rows = []
     for name in BUILTINS:
         installed, version = builtin_status(name)

@@ -57,6 +57,10 @@ class Case:
         modes: the modes this case runs in (jit costs a compile per case, dtype and backend).
         out_dtype: `(dtype) -> dtype name` every output array of a backend must have (eager), or None
             when the case does not pin it; tests/backends/test_conformance.py checks it.
+        refusals: the exception types that are a correct refusal of these inputs (as PyTorch OpInfo's
+            `ErrorInput` pins an error type), for a backend or implementation that declares a table
+            (`Adapter.may_refuse`, `Implementation.may_refuse`): positions past it. Any other exception,
+            and any exception from a table-free backend, is an error.
     """
 
     encoding: str
@@ -70,6 +74,11 @@ class Case:
     modes: tuple = MODES
     out_dtype: Callable[[str], str] | None = None
     jit_dtypes: tuple | None = None
+    refusals: tuple = ()
+
+    def refused(self, error: BaseException, *, may_refuse: bool) -> bool:
+        """Whether raising `error` is a correct refusal of this case by a runner that `may_refuse`."""
+        return may_refuse and bool(self.refusals) and isinstance(error, self.refusals)
 
     def runs(self, dtype: str, mode: str) -> bool:
         """Whether this case runs in `dtype` and `mode` (its dtypes and modes, and the jit budget)."""

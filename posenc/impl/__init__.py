@@ -3,7 +3,7 @@
 `Implementation` declares what it provides; `posenc.impl.builtin` holds the adapters of libraries users
 run (transformers, keras-hub, ONNX Runtime, MLX, ...); `posenc.impl.resolve` turns a `--impl` SPEC into
 Implementations; `posenc.impl.precision` holds the precision classes' tolerances and the angle error,
-`posenc.impl.diagnosis` the known mismatches. `posenc.check.runner.run_implementations` runs the suite's
+`posenc.impl.diagnosis` the known mismatches. `posenc.check.run_impl.run_implementations` runs the suite's
 cases through them. See docs/impl.md.
 """
 

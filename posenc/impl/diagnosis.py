@@ -83,7 +83,7 @@ def _apply(x, positions, kwargs):
     return posenc_np.apply_rope(np.asarray(x, np.float64), positions, **rope_kwargs(kwargs))
 
 
-def _rope_variants(x, positions, kwargs, table_rows=None):
+def _rope_variants(x, positions, kwargs, table_rows=None, rot=None):
     """`(name, sentence, spec output)` for every applicable RoPE variant, in diagnosis order."""
     kw = rope_kwargs(kwargs)
     p = np.asarray(positions)
@@ -106,7 +106,7 @@ def _rope_variants(x, positions, kwargs, table_rows=None):
     if kw.get("scaling") is not None:
         yield ("scaling-ignored", "your outputs equal the spec without the scaling (scaling=None)",
                lambda: _apply(x, positions, {**kw, "scaling": None}))
-    rot = spec_rotation(np.shape(x), positions, kw)
+    rot = spec_rotation(np.shape(x), positions, kw) if rot is None else rot
     s = rot.attention_scale
     if s != 1.0:
         r = 2 * len(rot.first)
@@ -173,7 +173,7 @@ def _variant_tolerance(name, tol: Tolerance, desired, table_rows) -> Tolerance:
 
 
 def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, spec_fn=None,
-             table_rows: int | None = None) -> Diagnosis:
+             table_rows: int | None = None, rotation=None) -> Diagnosis:
     """The known mismatch a failing output matches (see the module docstring), or `unknown`.
 
     Args:
@@ -182,6 +182,7 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         encoding: the case's contract function; `args`, `kwargs` its inputs (float inputs in `dtype`).
         spec_fn: `(*args, **kwargs) -> array`, the spec function, for the non-RoPE variants.
         table_rows: the implementation's declared table length (`max_positions`), for `wrapped`.
+        rotation: the spec's `precision.Rotation` of a RoPE case when the caller has it already.
     """
     desired = np.asarray(desired, np.float64)
     text = _nonfinite(actual, desired)
@@ -190,10 +191,11 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
     rope = encoding == "apply_rope"
     if rope:
         x, positions = args[0], args[1]
-        text = _unrotated_rows(actual, desired, x, tol, spec_rotation(np.shape(x), positions, kwargs))
+        rotation = spec_rotation(np.shape(x), positions, kwargs) if rotation is None else rotation
+        text = _unrotated_rows(actual, desired, x, tol, rotation)
         if text:
             return Diagnosis("unrotated", text)
-        variants = _rope_variants(x, positions, kwargs, table_rows)
+        variants = _rope_variants(x, positions, kwargs, table_rows, rotation)
     elif spec_fn is not None:
         variants = _generic_variants(spec_fn, args, {k: v for k, v in kwargs.items() if k != "dtype"})
     else:
@@ -208,7 +210,7 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
             return Diagnosis(name, sentence)
     if rope:
         loose = class_tolerance("float32", desired, dtype, args[0], args[1], kwargs,
-                                angle_factor=ANGLE_PRECISION_FACTOR)
+                                angle_factor=ANGLE_PRECISION_FACTOR, rot=rotation)
         if loose.atol > tol.atol and _equals(actual, desired, loose):
             return Diagnosis("angle-precision", "your outputs are within a float32-angle bound "
                                                 f"({loose.atol:.3g}) of the spec: angles formed in a lower "

@@ -77,6 +77,12 @@ class Implementation:
             cases with positions at or past it are skips, and the edge cases check that such positions
             raise. None: no table (any position is valid).
         description: one line for `posenc check --impl list` and the reports.
+        inplace: the functions write their result into their input (a fused kernel's `inplace=True`): the
+            aliasing cases then do not require the inputs unchanged after the forward.
+        table_grads: the functions differentiate the tables they are given (cos/sin, frequencies,
+            slopes, a bias table); False makes the table-gradient cases skips.
+        differentiable: the functions can be differentiated at all; False (inference-only) makes every
+            gradient and aliasing case a skip.
 
     Raises:
         ValueError: an empty name, an unknown framework, contract name, layout, dtype or angle class, a
@@ -86,7 +92,8 @@ class Implementation:
 
     def __init__(self, name: str, framework: str, functions: Mapping[str, Callable], *, version=None,
                  layouts=None, dtypes=None, angles: str = "float64", max_positions: int | None = None,
-                 description: str = ""):
+                 description: str = "", inplace: bool = False, table_grads: bool = True,
+                 differentiable: bool = True):
         from posenc_np._dtypes import BACKEND_DTYPES
 
         if not isinstance(name, str) or not name.strip():
@@ -117,12 +124,55 @@ class Implementation:
         self.angles = angles
         self.max_positions = max_positions
         self.description = description
+        for flag, value in (("inplace", inplace), ("table_grads", table_grads), ("differentiable", differentiable)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag}={value!r} must be True or False")
+        self.inplace, self.table_grads, self.differentiable = inplace, table_grads, differentiable
 
     def __repr__(self):
         return (f"Implementation({self.name!r}, {self.framework!r}, [{', '.join(self.functions)}], "
                 f"version={self.version!r}, angles={self.angles!r})")
 
     # declared capabilities ---------------------------------------------------------------------------
+    @property
+    def may_refuse(self) -> bool:
+        """Whether raising on an input can be a correct refusal: only an implementation that declares a
+        table (`max_positions`) may refuse positions outside it."""
+        return self.max_positions is not None
+
+    def refusal(self, function: str | None, kwargs: Mapping, dtype: str, args=()) -> str | None:
+        """The one capability rule: why this implementation does not run a case, None when it does.
+
+        `function` is the case's contract function, or None for a case that calls several (its keywords
+        are then checked call by call, `keyword_refusal`). The reasons: `why_not` (function, dtype, layout,
+        keyword), then integer inputs outside the declared table (`max_positions`).
+        """
+        if function is None:
+            reason = (f"{self.name} declares dtypes {', '.join(self.dtypes)}, not {dtype}"
+                      if self.dtypes is not None and dtype not in self.dtypes else None)
+        else:
+            reason = self.why_not(function, kwargs, dtype)
+        return reason or self.table_refusal(args)
+
+    def table_refusal(self, args) -> str | None:
+        """Why integer inputs `args` (positions) are outside the declared table, None when inside or no table."""
+        if self.max_positions is None:
+            return None
+        for a in args:
+            if hasattr(a, "dtype") and getattr(a.dtype, "kind", "") in "iu" and a.size:
+                low, high = int(a.min()), int(a.max())
+                if high >= self.max_positions or low < 0:
+                    return (f"positions {low}..{high} are outside {self.name}'s declared table of "
+                            f"{self.max_positions} rows (the edge set checks what it does there)")
+        return None
+
+    def keyword_refusal(self, function: str, fn: Callable, kwargs: Mapping) -> str | None:
+        """Why `fn` (this implementation's `function`) cannot take the keywords a case passes, None when it can."""
+        refused = [k for k in passed_keywords(function, kwargs) if not accepts_keyword(fn, k)]
+        if refused:
+            return f"{function} of {self.name} does not accept keyword {', '.join(map(repr, refused))}"
+        return None
+
     def why_not(self, function: str, kwargs: Mapping, dtype: str) -> str | None:
         """The reason this implementation cannot run `function(**kwargs)` in `dtype`, None when it can.
 
@@ -139,10 +189,7 @@ class Implementation:
         if (self.layouts is not None and function in _ROPE_FUNCTIONS and isinstance(layout, str)
                 and layout not in self.layouts):
             return f"{self.name} declares layouts {', '.join(self.layouts)}, not {layout}"
-        refused = [k for k in passed_keywords(function, kwargs) if not accepts_keyword(fn, k)]
-        if refused:
-            return f"{function} of {self.name} does not accept keyword {', '.join(map(repr, refused))}"
-        return None
+        return self.keyword_refusal(function, fn, kwargs)
 
     # a kernel with transformers' signature -------------------------------------------------------------
     @classmethod

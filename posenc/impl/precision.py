@@ -125,18 +125,20 @@ def rounding_bound(desired, dtype, x, rot: Rotation) -> float:
     return float(max(bound_a.max(), bound_b.max())) if bound_a.size else 0.0
 
 
-def class_tolerance(angles, desired, dtype, x, positions, kwargs, *, angle_factor: float = 1.0) -> Tolerance:
+def class_tolerance(angles, desired, dtype, x, positions, kwargs, *, angle_factor: float = 1.0,
+                    rot: Rotation | None = None) -> Tolerance:
     """The tolerance of an `apply_rope` record of an implementation of precision class `angles`.
 
     `atol = angle error x max pair norm + rounding_bound + 8 float32 ulps x scale`: an angle error of e
     radians moves a rotated pair of norm N by at most e N; the rounding bound covers tables applied in the
     inputs' dtype (bfloat16 / float16: cos, sin, two products and a sum rounded); the slack is the policy's.
-    `angle_factor` multiplies the angle error (the diagnosis's looser float32 bound).
+    `angle_factor` multiplies the angle error (the diagnosis's looser float32 bound); `rot` is the spec's
+    rotation of this case when the caller has it already.
     """
     name = dtype_name(dtype)
     desired = np.asarray(desired, np.float64)
     scale = float(np.abs(desired).max()) if desired.size else 1.0
-    rot = spec_rotation(np.shape(x), positions, kwargs)
+    rot = spec_rotation(np.shape(x), positions, kwargs) if rot is None else rot
     pair_norm = float(np.hypot(desired[..., rot.first], desired[..., rot.second]).max()) if rot.c.size else 0.0
     t_max = max_angle(positions, kwargs, np.shape(x))
     angle = angle_factor * class_angle_error(angles, t_max)
@@ -160,14 +162,15 @@ class AngleError:
     position: int
 
 
-def angle_error(actual, desired, x_shape, positions, kwargs) -> AngleError | None:
+def angle_error(actual, desired, x_shape, positions, kwargs, *, rot: Rotation | None = None) -> AngleError | None:
     """The largest |angle(actual pair) - angle(spec pair)| (wrapped to [0, pi]) over the pairs whose spec
     norm is at least `ANGLE_PAIR_FLOOR` of the largest; None when no such pair has finite outputs.
 
     Each rotated pair `(y_a, y_b)` is read as the complex number `y_a + i y_b`; the angle between the
-    implementation's and the spec's is `arg(y * conj(y_spec))`. The attention scale cancels.
+    implementation's and the spec's is `arg(y * conj(y_spec))`. The attention scale cancels. `rot`: the
+    spec's rotation of this case when the caller has it already.
     """
-    rot = spec_rotation(x_shape, positions, kwargs)
+    rot = spec_rotation(x_shape, positions, kwargs) if rot is None else rot
     actual = np.asarray(actual, np.float64)
     desired = np.asarray(desired, np.float64)
     got = actual[..., rot.first] + 1j * actual[..., rot.second]

@@ -8,10 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from .builtin import BUILTINS, load_builtin
-from .implementation import Implementation
+from .builtin import BUILTINS, builtin_module, builtin_status, load_builtin
+from .implementation import Implementation, ImplementationUnavailable
 
-__all__ = ["resolve", "split_env", "ENV", "DEFAULT_ATTR", "ImplementationSpecError"]
+__all__ = ["resolve", "declared_names", "split_env", "ENV", "DEFAULT_ATTR", "ImplementationSpecError"]
 
 #: The environment variable naming implementations, as `--impl` does (comma-separated).
 ENV = "POSENC_IMPL"
@@ -61,6 +61,25 @@ def _load_module(target: str, spec: str):
     except Exception as error:
         raise ImplementationSpecError(f"--impl {spec}: cannot import module {target!r}: "
                                       f"{type(error).__name__}: {error}") from error
+
+
+def declared_names(spec: str) -> tuple[str, ...] | None:
+    """The implementation names a built-in SPEC declares (its module's `NAMES`), without importing its
+    library; None for a SPEC that is not a built-in (only importing it names what it holds).
+
+    Raises:
+        posenc.impl.ImplementationUnavailable: a built-in whose library is not installed.
+    """
+    spec = spec.strip()
+    if spec not in BUILTINS:
+        return None
+    module = builtin_module(spec)
+    installed, _ = builtin_status(spec)
+    if not installed:
+        raise ImplementationUnavailable(f"--impl {spec}: {module.DISTRIBUTION} is not installed "
+                                        f"(pip install {module.DISTRIBUTION})")
+    names = getattr(module, "NAMES", None)
+    return None if names is None else tuple(names)
 
 
 def resolve(spec: str) -> tuple[Implementation, ...]:

@@ -120,9 +120,10 @@ def _mrope(x, positions, kwargs):
 
 
 def _compact(positions):
-    """(max_len, positions, None), or above COMPACT_ABOVE rows (rows, row indices, row positions)."""
+    """(max_len, positions, None), or above COMPACT_ABOVE rows or for negative positions (which no cache row
+    index can name) (rows, row indices, row positions)."""
     max_len = int(positions.max()) + 1
-    if max_len <= COMPACT_ABOVE or positions.min() < 0:
+    if max_len <= COMPACT_ABOVE and positions.min() >= 0:
         return max_len, positions, None
     rows, index = np.unique(positions, return_inverse=True)
     return len(rows), index.reshape(positions.shape).astype(np.int64), rows

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from posenc.check.registry import all_cases
-from posenc.check.runner import run
+from posenc.check.run import run
 
 torch = pytest.importorskip("torch")
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from posenc.check.registry import DTYPES, MODES, all_cases, register
-from posenc.check.runner import run
+from posenc.check.run import run
 
 CASES = all_cases()
 

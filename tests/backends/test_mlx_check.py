@@ -2,7 +2,7 @@
 that a failure, and a Linux `mlx` without its CPU backend is a broken install reported with the fix.
 
 The machine running the suite has MLX, so its absence is simulated on the adapter (`available()`, which
-`posenc.check.runner.run` asks before importing anything); the cases are the registry's own.
+`posenc.check.run.run` asks before importing anything); the cases are the registry's own.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from posenc.adapters import BackendUnavailable, adapter
 from posenc.check.registry import all_cases
-from posenc.check.runner import run
+from posenc.check.run import run
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from posenc.check.registry import all_cases
-from posenc.check.runner import run
+from posenc.check.run import run
 
 CASES = {c.id: c for c in all_cases() if c.family == "packing"}
 

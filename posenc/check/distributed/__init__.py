@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 
+from ..record import Record
 from .common import (
     DATA_COLLECTIVES,
     JAX_DEVICES,
@@ -50,11 +51,10 @@ _ENCODINGS = {"rope": "apply_rope", "mrope": "apply_rope", "alibi": "alibi_bias"
 
 
 def as_records(records) -> list:
-    """The records of `run_distributed` as the suite's `runner.Record`s, for `posenc check`'s JSON and
+    """The records of `run_distributed` as the suite's `record.Record`s, for `posenc check`'s JSON and
     Markdown reports: family "distributed", backend = the runtime ("jax", "torch"), case = the check's
     name, convention = the multi-axis convention of an `mrope-*` check, else its encoding's family;
     float32, mode "jit" (JAX) or "eager" (torch). The collectives found in the HLO go into `message`."""
-    from ..runner import Record
 
     out = []
     for r in records:

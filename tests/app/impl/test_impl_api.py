@@ -11,7 +11,7 @@ import pytest
 
 import posenc_np
 from posenc.check.registry import all_cases
-from posenc.check.runner import run_implementations
+from posenc.check.run_impl import run_implementations
 from posenc.cli import main
 from posenc.impl import Implementation
 from posenc.impl.builtin import BUILTINS, builtin_status

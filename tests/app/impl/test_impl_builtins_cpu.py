@@ -13,7 +13,7 @@ import collections
 import pytest
 
 from posenc.check.registry import all_cases
-from posenc.check.runner import run_implementations
+from posenc.check.run_impl import run_implementations
 from posenc.impl.builtin import builtin_status, load_builtin
 
 

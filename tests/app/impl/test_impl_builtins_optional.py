@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from posenc.check.registry import all_cases
-from posenc.check.runner import run_implementations
+from posenc.check.run_impl import run_implementations
 from posenc.impl.builtin import builtin_status, load_builtin
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import posenc_np
 from posenc.check.registry import all_cases
-from posenc.check.runner import run_implementations
+from posenc.check.run_impl import run_implementations
 from posenc.impl import Implementation
 from posenc.impl.diagnosis import DIAGNOSES
 from posenc.impl.precision import UNIT_ROUNDOFF, spec_rotation

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from posenc.check.registry import all_cases  # noqa: E402
-from posenc.check.runner import run_implementations  # noqa: E402
+from posenc.check.run_impl import run_implementations  # noqa: E402
 from posenc.impl.builtin import load_builtin  # noqa: E402
 
 

@@ -13,7 +13,7 @@ pytest.importorskip("onnx")
 import posenc_np  # noqa: E402
 from posenc.adapters import CHECK_BACKENDS, NotSupported, adapter  # noqa: E402
 from posenc.check.registry import all_cases  # noqa: E402
-from posenc.check.runner import run  # noqa: E402
+from posenc.check.run import run  # noqa: E402
 from posenc.cli import main  # noqa: E402
 from posenc.onnx import graphs as G  # noqa: E402
 from posenc_np.rope import rope_plan  # noqa: E402

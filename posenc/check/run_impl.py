@@ -1,0 +1,135 @@
+"""Run the registered cases through other implementations (`posenc check --impl`): one record per comparison,
+judged by `posenc.impl.judge`."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..adapters import NotSupported, adapter, trailing_view_base
+from ..impl.implementation import passed_keywords
+from ..impl.judge import judge, outputs_for
+from .inputs import expected_for
+from .profile import error_by_position
+from .record import UNVERSIONED, Record, impl_plan, one_line
+
+__all__ = ["run_implementations", "REFERENCE_HELPERS"]
+
+#: Contract functions a case may use around the one it checks (an attention over a bias); an implementation
+#: that lacks them gets posenc's own backend of its framework.
+REFERENCE_HELPERS = frozenset({"attention"})
+
+
+def run_implementations(cases, impls, *, dtypes, seed=0, progress=None):
+    """Compare every case x implementation x dtype (eagerly) with the spec; returns a list of `Record`s.
+
+    Each record's tolerance is the case's, with RoPE's angle term replaced by the implementation's
+    precision class (`posenc.impl.precision.class_tolerance`); RoPE records carry the worst angle error
+    and failing ones a diagnosis. A case the implementation cannot express (`Implementation.refusal`: a
+    function it lacks, a keyword its callable does not take, a layout or dtype it does not declare,
+    positions past its declared table; or its own `NotSupported`) is a skip with the reason. An exception
+    is an error, except one the case declares a correct refusal from an implementation with a table
+    (`Case.refusals`, `Implementation.may_refuse`).
+    """
+    by_name = {impl.name: impl for impl in impls}
+    plan = impl_plan(cases, dtypes=dtypes, names=list(by_name))
+    expected: dict = {}
+    records: list[Record] = []
+    for n, (case, dtype, name) in enumerate(plan, 1):
+        impl = by_name[name]
+        if progress:
+            progress(n, len(plan), f"{case.id} {name} {dtype}")
+        if (case.id, dtype) not in expected:
+            expected[(case.id, dtype)] = expected_for(case, seed, dtype)
+        records.append(_compare(case, expected[(case.id, dtype)], impl, dtype))
+    return records
+
+
+def _compare(case, want, impl, dtype) -> Record:
+    def record(**fields):
+        return Record.for_case(case, impl.name, dtype, "eager", impl=impl.version or UNVERSIONED, **fields)
+
+    if case.case_set == "grad":
+        return record(status="skip", message="gradient cases differentiate through posenc's own adapters (vjp), "
+                                             "not an implementation")
+    positions = () if case.refusals else want.args  # the declared refusals are what those cases check
+    reason = impl.refusal(None if case.fn else case.encoding, want.kwargs, dtype, positions)
+    if reason:
+        return record(status="skip", message=reason)
+    started = time.perf_counter()
+    try:
+        out = _call(impl, case, want.args, want.kwargs)
+    except NotSupported as error:  # the implementation's own declaration: a case it cannot express
+        return record(status="skip", message=f"not supported: {error}")
+    except Exception as error:  # noqa: BLE001 - one failing implementation must not hide the matrix
+        seconds = time.perf_counter() - started
+        if case.refused(error, may_refuse=impl.may_refuse):
+            return record(status="pass", seconds=seconds, message=f"refused (a declared refusal): {one_line(error)}")
+        return record(status="error", seconds=seconds, message=one_line(error))
+    seconds = time.perf_counter() - started
+    try:
+        outputs = outputs_for(out, want.desired)
+        fields = judge(impl, want, out, dtype=dtype)
+    except (TypeError, ValueError) as error:  # an output that is not an array of numbers shaped like the spec's
+        return record(status="error", seconds=seconds,
+                      message=f"the output cannot be compared with the spec's {np.shape(want.desired)} array: "
+                              f"{one_line(error)}"[:400])
+    return record(seconds=seconds, error_by_position=error_by_position(case, want.args, outputs, want.desired64),
+                  **fields)
+
+
+class _Absent(AttributeError):
+    pass
+
+
+class _Namespace:
+    """An implementation's functions as a package module, for cases that call several contract functions
+    (`Case.fn`): a function it lacks, or a keyword one does not take, makes the case a skip."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    def __getattr__(self, name):
+        fn = self._impl.functions.get(name)
+        if fn is None and name in REFERENCE_HELPERS:  # not what is checked: posenc's own, in the same framework
+            return getattr(adapter(self._impl.framework).module, name)
+        if fn is None:
+            raise _Absent(name)
+        return _guarded(self._impl, name, fn)
+
+
+def _guarded(impl, name, fn):
+    def call(*args, **kwargs):
+        reason = impl.keyword_refusal(name, fn, kwargs)
+        if reason:
+            raise NotSupported(reason)
+        return fn(*args, **passed_keywords(name, kwargs))
+
+    return call
+
+
+def _fresh(a):
+    """A copy of a case input for one call (an in-place kernel must not change the next call's inputs); a view
+    `base[..., :n]` stays such a view of a copied base."""
+    base = trailing_view_base(a)
+    return a.copy() if base is None else base.copy()[..., : a.shape[-1]]
+
+
+def _call(impl, case, args, kwargs):
+    ad = adapter(impl.framework)
+    inputs = [ad.from_numpy_keeping_views(_fresh(a)) if isinstance(a, np.ndarray) else a for a in args]
+    if case.fn is None:
+        out = _guarded(impl, case.encoding, impl.functions[case.encoding])(*inputs, **kwargs)
+    else:
+        try:
+            out = case.fn(_Namespace(impl), *inputs, **kwargs)
+        except _Absent as missing:
+            raise NotSupported(f"the case also calls {missing}, which {impl.name} does not provide") from None
+    return _to_numpy(ad, out)
+
+
+def _to_numpy(ad, out):
+    if isinstance(out, (tuple, list)):
+        return type(out)(_to_numpy(ad, o) for o in out)
+    return np.asarray(ad.to_numpy(out))
