@@ -24,7 +24,7 @@ def _transformers_default_theta(model_type):
     try:
         from transformers import CONFIG_MAPPING
         cls = CONFIG_MAPPING[model_type]
-    except Exception:  # transformers absent or the model type unknown to it
+    except (ImportError, KeyError):  # transformers absent, or the model type unknown to it
         return None
     return getattr(cls, "default_theta", None)
 
