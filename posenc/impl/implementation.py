@@ -260,7 +260,7 @@ def _is_default(function, keyword, value) -> bool:
         return False
     try:
         return value is default or (type(value) is type(default) and bool(value == default))
-    except Exception:  # noqa: BLE001 - an odd value is simply passed on
+    except (TypeError, ValueError):  # a value whose == is not a truth value (an array-like): passed on
         return False
 
 
