@@ -83,6 +83,9 @@ class Implementation:
             slopes, a bias table); False makes the table-gradient cases skips.
         differentiable: the functions can be differentiated at all; False (inference-only) makes every
             gradient and aliasing case a skip.
+        refusals: the library's own exception types for refusing an input (ONNX Runtime's
+            `InvalidArgument`, an assert naming the table length): with a declared table, raising one of
+            them where a case accepts a refusal (`Case.refusals`) is a correct refusal too.
 
     Raises:
         ValueError: an empty name, an unknown framework, contract name, layout, dtype or angle class, a
@@ -93,7 +96,7 @@ class Implementation:
     def __init__(self, name: str, framework: str, functions: Mapping[str, Callable], *, version=None,
                  layouts=None, dtypes=None, angles: str = "float64", max_positions: int | None = None,
                  description: str = "", inplace: bool = False, table_grads: bool = True,
-                 differentiable: bool = True):
+                 differentiable: bool = True, refusals: tuple = ()):
         from posenc_np._dtypes import BACKEND_DTYPES
 
         if not isinstance(name, str) or not name.strip():
@@ -128,6 +131,10 @@ class Implementation:
             if not isinstance(value, bool):
                 raise TypeError(f"{flag}={value!r} must be True or False")
         self.inplace, self.table_grads, self.differentiable = inplace, table_grads, differentiable
+        refusals = tuple(refusals)
+        if not all(isinstance(r, type) and issubclass(r, BaseException) for r in refusals):
+            raise TypeError(f"refusals={refusals!r} must be exception types")
+        self.refusals = refusals
 
     def __repr__(self):
         return (f"Implementation({self.name!r}, {self.framework!r}, [{', '.join(self.functions)}], "
@@ -139,6 +146,11 @@ class Implementation:
         """Whether raising on an input can be a correct refusal: only an implementation that declares a
         table (`max_positions`) may refuse positions outside it."""
         return self.max_positions is not None
+
+    def refused(self, error: BaseException, accepted: tuple) -> bool:
+        """Whether raising `error` is a correct refusal of a case that accepts the exception types `accepted`
+        (none: the case accepts no refusal): a declared table, and an accepted or declared exception type."""
+        return self.may_refuse and bool(accepted) and isinstance(error, accepted + self.refusals)
 
     def refusal(self, function: str | None, kwargs: Mapping, dtype: str, args=()) -> str | None:
         """The one capability rule: why this implementation does not run a case, None when it does.

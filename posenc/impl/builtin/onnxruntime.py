@@ -177,7 +177,11 @@ def _gqa_keys(x4, past, cos, sin, layout):
 
 def load():
     _, onnxruntime, _, _ = _onnx()
-    common = dict(version=onnxruntime.__version__, dtypes=DTYPES, angles="table", max_positions=EDGE_TABLE_ROWS)
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+    # ONNX Runtime refuses position ids outside the cos/sin cache with INVALID_ARGUMENT
+    common = dict(version=onnxruntime.__version__, dtypes=DTYPES, angles="table", max_positions=EDGE_TABLE_ROWS,
+                  refusals=(InvalidArgument,))
     return (Implementation("onnxruntime", "numpy", {"apply_rope": contrib_apply_rope},
                            description="com.microsoft RotaryEmbedding and MRotaryEmbedding", **common),
             Implementation("onnxruntime-opset23", "numpy", {"apply_rope": opset23_apply_rope},

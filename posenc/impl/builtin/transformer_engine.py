@@ -129,7 +129,9 @@ def load() -> tuple[Implementation, ...]:
 
     rope_module()
     common = dict(version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "bfloat16", "float16"),
-                  angles="table", max_positions=table_rows())
+                  angles="table", max_positions=table_rows(),
+                  # RotaryPositionEmbedding asserts "only supported up to <max_seq_len> sequence length"
+                  refusals=(AssertionError,))
     return (Implementation("transformer-engine", "torch", {"apply_rope": make_apply_rope("bshd")},
                            description="apply_rotary_pos_emb(fused=False), bshd with start_positions", **common),
             Implementation("transformer-engine-thd", "torch", {"apply_rope": make_apply_rope("thd")},
