@@ -29,9 +29,9 @@ import numpy as np
 from posenc_np._dtypes import dtype_name, numpy_dtype
 from posenc_np._freeze import freeze as _freeze
 
-__all__ = ["Adapter", "ADAPTERS", "NotSupported", "trailing_view_base", "CHECK_BACKENDS", "adapter", "adapter_for", "BACKENDS", "SPEC",
-           "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable", "FRAMEWORKS",
-           "FRAMEWORK_CODE"]
+__all__ = ["Adapter", "ADAPTERS", "NotSupported", "trailing_view_base", "CHECK_BACKENDS", "adapter", "adapter_for",
+           "BACKENDS", "SPEC", "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable",
+           "FRAMEWORKS", "FRAMEWORK_CODE", "DEVICE_ENV", "current_device", "check_device_name"]
 
 #: The adapter of the float64 spec (posenc_np): what every backend is compared with.
 SPEC = "numpy"
@@ -69,6 +69,30 @@ FRAMEWORK_CODE = {
 
 class BackendUnavailable(ImportError):
     pass
+
+
+#: The device every framework's inputs are placed on (`posenc check --device`), for this process and the
+#: workers it spawns: one switch, read when an array is made.
+DEVICE_ENV = "POSENC_DEVICE"
+
+
+def current_device() -> str:
+    """The device inputs are placed on: `$POSENC_DEVICE`, else "cpu"."""
+    return os.environ.get(DEVICE_ENV) or "cpu"
+
+
+def check_device_name(device: str) -> str:
+    """`device` if it is written as the frameworks name devices (`cpu`, `cuda`, `cuda:1`, `mps`, ...), else
+    ValueError naming it."""
+    kind, sep, index = device.partition(":")
+    if not (kind.isascii() and kind.isalpha() and kind.islower()) or (sep and not index.isdigit()):
+        raise ValueError(f"device={device!r} is not a device name (cpu, cuda, cuda:N, mps, xpu, tpu, ...)")
+    return device
+
+
+def _device_kind_index(device: str) -> tuple[str, int]:
+    kind, _, index = device.partition(":")
+    return kind, int(index or 0)
 
 
 def trailing_view_base(array):
@@ -128,6 +152,14 @@ class Adapter:
         (in frameworks with views; the others slice a copy)."""
         base = trailing_view_base(array)
         return self.from_numpy(array) if base is None else self.from_numpy(base)[..., : array.shape[-1]]
+
+    def device_refusal(self, device: str) -> str | None:
+        """Why this framework cannot place arrays on `device` here (None: it can). The CPU always can."""
+        return None if device == "cpu" else f"{self.name} places its arrays on the CPU only"
+
+    def placed(self, array):
+        """A framework array just made from NumPy, moved to `current_device()` (a no-op on the CPU)."""
+        return array
 
     #: whether raising can be a correct refusal of a case's inputs (`Case.refusals`): only a backend that
     #: reads a table of positions may refuse positions outside it
@@ -294,9 +326,30 @@ class TorchAdapter(Adapter):
 
         if array.dtype.kind == "f" or array.dtype == numpy_dtype("bfloat16"):
             name = dtype_name(array.dtype)
-            return torch.from_numpy(np.ascontiguousarray(array.astype(np.float32) if name == "bfloat16" else array)
-                                    ).to(self.dtype(name))
-        return torch.from_numpy(np.ascontiguousarray(array))
+            return self.placed(torch.from_numpy(np.ascontiguousarray(array.astype(np.float32) if name == "bfloat16"
+                                                                      else array)).to(self.dtype(name)))
+        return self.placed(torch.from_numpy(np.ascontiguousarray(array)))
+
+    def device_refusal(self, device):
+        import torch
+
+        try:
+            place = torch.device(device)
+        except RuntimeError as error:
+            return f"torch does not know the device {device!r} ({error})"
+        if place.type == "cpu":
+            return None
+        runtime = torch.backends.mps if place.type == "mps" else getattr(torch, place.type, None)
+        if runtime is None or not hasattr(runtime, "is_available") or not runtime.is_available():
+            return f"torch sees no {place.type} device (torch.{place.type}.is_available() is False)"
+        count = runtime.device_count() if hasattr(runtime, "device_count") else 1
+        if place.index is not None and place.index >= count:
+            return f"torch sees {count} {place.type} device(s), not index {place.index}"
+        return None
+
+    def placed(self, array):
+        device = current_device()
+        return array if device == "cpu" else array.to(device)
 
     def to_numpy(self, tensor):
         import torch
@@ -368,8 +421,32 @@ class TFAdapter(Adapter):
         import tensorflow as tf
 
         if array.dtype == numpy_dtype("bfloat16"):
-            return tf.cast(tf.constant(array.astype(np.float32)), tf.bfloat16)
-        return tf.constant(array)
+            return self.placed(tf.cast(tf.constant(array.astype(np.float32)), tf.bfloat16))
+        return self.placed(tf.constant(array))
+
+    def _tf_device(self, device):
+        kind, index = _device_kind_index(device)
+        return f"/{'CPU' if kind == 'cpu' else 'GPU'}:{index}"
+
+    def device_refusal(self, device):
+        import tensorflow as tf
+
+        kind, index = _device_kind_index(device)
+        if kind == "cpu":
+            return None
+        if kind not in ("cuda", "gpu"):
+            return f"TensorFlow places arrays on CPU and GPU devices, not {kind}"
+        gpus = tf.config.list_physical_devices("GPU")
+        return None if index < len(gpus) else f"TensorFlow sees {len(gpus)} GPU(s) (tf.config.list_physical_devices)"
+
+    def placed(self, array):
+        import tensorflow as tf
+
+        device = current_device()
+        if device == "cpu":
+            return array
+        with tf.device(self._tf_device(device)):
+            return tf.identity(array)
 
     def to_numpy(self, tensor):
         import tensorflow as tf
@@ -442,8 +519,27 @@ class JaxAdapter(Adapter):
                 # astype would wrap (2**31 + 7 -> -2147483641) and the backend would compute silently wrong
                 raise ValueError(f"integer array with values in [{array.min()}, {array.max()}] does not fit int32, "
                                  f"the integer dtype the JAX backend is given (JAX without jax_enable_x64)")
-            return jnp.asarray(array.astype(np.int32))  # JAX's default integer without x64
-        return jnp.asarray(array)
+            return self.placed(jnp.asarray(array.astype(np.int32)))  # JAX's default integer without x64
+        return self.placed(jnp.asarray(array))
+
+    def _jax_device(self, device):
+        import jax
+
+        kind, index = _device_kind_index(device)
+        return jax.devices({"cuda": "gpu", "rocm": "gpu"}.get(kind, kind))[index]
+
+    def device_refusal(self, device):
+        try:
+            self._jax_device(device)
+        except (RuntimeError, IndexError, ValueError) as error:
+            return f"JAX has no device {device!r} ({type(error).__name__}: {str(error).splitlines()[0][:120]})"
+        return None
+
+    def placed(self, array):
+        import jax
+
+        device = current_device()
+        return array if device == "cpu" else jax.device_put(array, self._jax_device(device))
 
     def to_numpy(self, tensor):
         return np.asarray(tensor)
@@ -497,10 +593,27 @@ class MlxAdapter(Adapter):
         import mlx.core as mx
 
         if array.dtype == np.float64:
-            return mx.array(array, dtype=mx.float64)  # mx.array alone would make float64 float32
+            return self.placed(mx.array(array, dtype=mx.float64))  # mx.array alone would make float64 float32
         if array.dtype == numpy_dtype("bfloat16"):
-            return mx.array(array.astype(np.float32)).astype(mx.bfloat16)
-        return mx.array(np.ascontiguousarray(array))
+            return self.placed(mx.array(array.astype(np.float32)).astype(mx.bfloat16))
+        return self.placed(mx.array(np.ascontiguousarray(array)))
+
+    def device_refusal(self, device):
+        import mlx.core as mx
+
+        kind, _ = _device_kind_index(device)
+        if kind == "cpu":
+            return None
+        if kind not in ("gpu", "mps", "metal", "cuda"):
+            return f"MLX runs on its cpu and gpu devices, not {kind}"
+        return None if mx.is_available(mx.gpu) else "MLX has no GPU device here (mx.is_available(mx.gpu) is False)"
+
+    def placed(self, array):
+        import mlx.core as mx
+
+        # MLX arrays live in unified memory: the default device is where the operations on them run
+        mx.set_default_device(mx.cpu if current_device() == "cpu" else mx.gpu)
+        return array
 
     def to_numpy(self, tensor):
         import mlx.core as mx

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import json
 import os
@@ -11,13 +10,19 @@ import time
 
 from posenc_np.conventions import conventions, families
 
-from ..adapters import ADAPTERS, DEFAULT_TORCH_COMPILE_BACKEND, TORCH_COMPILE_BACKENDS, adapter
+from ..adapters import (
+    ADAPTERS,
+    DEFAULT_TORCH_COMPILE_BACKEND,
+    DEVICE_ENV,
+    TORCH_COMPILE_BACKENDS,
+)
 from ..adapters import CHECK_BACKENDS as BACKENDS
 from ..errors import UsageError
 from ..impl import ImplementationUnavailable
 from ..impl.builtin import BUILTINS, builtin_module, builtin_status
 from ..impl.resolve import ENV, ImplementationSpecError, declared_names, resolve, split_env
 from ..io import check_output, parse_choices, write_atomic
+from .environment import compile_cache, default_compile_cache, resolve_device, run_environ
 from .html import render_html
 from .record import UNVERSIONED
 from .registry import DTYPES, MODES, all_cases
@@ -86,21 +91,22 @@ def run(args) -> int:
     if names_by_spec and "eager" not in modes:
         raise UsageError(f"--impl runs implementations eagerly; --mode {','.join(modes)} excludes eager")
     cases = select(cases, encodings=encodings, dtypes=dtypes, modes=modes)
+    device = resolve_device(args.device, backends, impls=bool(names_by_spec))
     runtimes = _distributed_runtimes(backends) if args.distributed else []
     started = time.perf_counter()
     progress = None if args.quiet else terminal_progress()
-    with _compile_cache(args.compile_cache, backends):
+    with compile_cache(args.compile_cache, backends), run_environ({DEVICE_ENV: device}):
         records = [] if not backends else run_parallel(
             cases, backends=backends, dtypes=dtypes, modes=modes, seed=args.seed, require=require, jobs=args.jobs,
             compile_backend=args.torch_compile_backend, timeout=args.timeout, progress=progress)
-    if impls:
-        records += run_implementations(cases, impls, dtypes=dtypes, seed=args.seed, progress=progress)
-    elif names_by_spec:  # a worker process per SPEC: a kernel that crashes or hangs is reported, never the end of the run
-        records += run_implementations_isolated(cases, names_by_spec, dtypes=dtypes, seed=args.seed,
-                                                timeout=args.timeout, progress=progress)
+        if impls:
+            records += run_implementations(cases, impls, dtypes=dtypes, seed=args.seed, progress=progress)
+        elif names_by_spec:  # a worker per SPEC: a kernel that crashes or hangs is reported, never the end of the run
+            records += run_implementations_isolated(cases, names_by_spec, dtypes=dtypes, seed=args.seed,
+                                                    timeout=args.timeout, progress=progress)
     print(terminal_table(records, verbose=args.verbose, summary=False))
     print(f"({len(cases)} cases, {time.perf_counter() - started:.1f} s; seed {args.seed}; torch.compile backend "
-          f"{args.torch_compile_backend})")
+          f"{args.torch_compile_backend}; device {device})")
     if runtimes:  # after the suite's table; their records join the JSON and Markdown reports
         records += _distributed_section(runtimes, require)
     seconds = time.perf_counter() - started
@@ -109,7 +115,8 @@ def run(args) -> int:
     if args.json or args.html:
         versions = {**_versions(), **{f"impl:{r.backend}": r.impl for r in records
                                       if r.impl and r.impl != UNVERSIONED}}
-        report = json_report(records, argv=sys.argv[1:], seed=args.seed, seconds=seconds, versions=versions)
+        report = json_report(records, argv=sys.argv[1:], seed=args.seed, seconds=seconds, versions=versions,
+                             device=device)
     if args.json:
         write_atomic(args.json, report, what="--json report")
     if args.html:
@@ -118,31 +125,6 @@ def run(args) -> int:
         write_atomic(args.markdown, markdown_table(records), what="--markdown report")
     failed = any(r.status in ("fail", "error") for r in records)
     return 1 if failed else 0
-
-
-def default_compile_cache() -> str:
-    """`$POSENC_COMPILE_CACHE`, else `$XDG_CACHE_HOME/posenc/compile` (`~/.cache/posenc/compile`)."""
-    if os.environ.get("POSENC_COMPILE_CACHE"):
-        return os.environ["POSENC_COMPILE_CACHE"]
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posenc", "compile")
-
-
-@contextlib.contextmanager
-def _compile_cache(directory, backends):
-    """Each backend's persistent compilation cache under `directory` ("none": off) in the environment the
-    suite's workers start with (and an in-process run's first framework import reads), for the run only;
-    a variable the user set already is kept."""
-    added = {}
-    if directory != "none":
-        for name in backends:
-            for key, value in adapter(name).compile_cache_environ(directory).items():
-                if key not in os.environ:
-                    added[key] = os.environ[key] = value
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)
 
 
 def _impl_specs(values) -> list[str]:
@@ -247,6 +229,10 @@ def add_parser(subparsers) -> None:
     check.add_argument("--markdown", metavar="PATH", help="write a Markdown table of every comparison")
     check.add_argument("--html", metavar="PATH", help="write one self-contained page: the summary, failures "
                                                       "first, the matrix coloured by err/tol, filters")
+    check.add_argument("--device", default="cpu",
+                       help="where every framework's inputs are placed: cpu (default), cuda, cuda:N, mps, ... as the "
+                            "frameworks name them (posenc's backends and --impl implementations run there); an "
+                            "unavailable device is exit 2")
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     check.add_argument("--torch-compile-backend", choices=TORCH_COMPILE_BACKENDS,
                        default=DEFAULT_TORCH_COMPILE_BACKEND,

@@ -153,6 +153,7 @@ def _failures(records) -> str:
 
 def _settings(report) -> str:
     rows = [("command", "posenc " + " ".join(report.get("argv") or [])), ("seed", report.get("seed")),
+            ("device", report.get("device", "cpu")),
             ("seconds", report.get("seconds")), ("python", report.get("python"))]
     rows += [(name, version) for name, version in sorted((report.get("versions") or {}).items())]
     return ('<table id="settings">' + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)

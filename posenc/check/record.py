@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..adapters import current_device
+
 __all__ = ["Record", "UNVERSIONED", "one_line", "backend_plan", "impl_plan"]
 
 #: `Record.impl` of an implementation that declares no version.
@@ -45,6 +47,7 @@ class Record:
     @classmethod
     def for_case(cls, case, backend: str, dtype: str, mode: str, **fields) -> Record:
         """A record of `case` run on `backend` in `dtype` and `mode`; `fields` hold the outcome."""
+        fields.setdefault("device", current_device())
         return cls(encoding=case.encoding, family=case.family, convention=case.convention, case=case.case_set,
                    backend=backend, dtype=dtype, mode=mode, description=case.description, **fields)
 

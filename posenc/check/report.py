@@ -135,10 +135,11 @@ def markdown_table(records) -> str:
     return "\n".join(lines) + "\n"
 
 
-def json_report(records, *, argv, seed, seconds, versions) -> str:
+def json_report(records, *, argv, seed, seconds, versions, device="cpu") -> str:
     counts = Counter(r.status for r in records)
     return json.dumps({
-        "argv": argv, "seed": seed, "seconds": round(seconds, 2), "python": platform.python_version(),
+        "argv": argv, "seed": seed, "device": device, "seconds": round(seconds, 2),
+        "python": platform.python_version(),
         "versions": versions, "summary": dict(counts), "summary_line": summary_line(records),
         "records": [r.as_dict() for r in records],
     }, indent=1, default=str)

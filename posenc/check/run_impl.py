@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from ..adapters import NotSupported, adapter, trailing_view_base
+from ..adapters import NotSupported, adapter, current_device, trailing_view_base
 from ..impl.implementation import passed_keywords
 from ..impl.judge import judge, outputs_for
 from .inputs import expected_for
@@ -54,7 +54,8 @@ def _compare(case, want, impl, dtype) -> Record:
         return record(status="skip", message="gradient cases differentiate through posenc's own adapters (vjp), "
                                              "not an implementation")
     positions = () if case.refusals else want.args  # the declared refusals are what those cases check
-    reason = impl.refusal(None if case.fn else case.encoding, want.kwargs, dtype, positions)
+    reason = (impl.refusal(None if case.fn else case.encoding, want.kwargs, dtype, positions)
+              or adapter(impl.framework).device_refusal(current_device()))
     if reason:
         return record(status="skip", message=reason)
     started = time.perf_counter()
