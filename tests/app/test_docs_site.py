@@ -70,13 +70,13 @@ def test_site_pages_fetch_nothing_from_other_hosts_for_the_report(site):
 
 
 def test_ecosystem_pages_are_both_generated_from_the_one_json():
-    """`python -m posenc.impl.ecosystem` writes docs/ecosystem.md and the site's docs/scoreboard.md from
+    """`python -m posenc.ecosystem` writes docs/ecosystem.md and the site's docs/scoreboard.md from
     docs/ecosystem.json: re-rendering the committed JSON gives the committed pages."""
     import json
 
-    from posenc.impl.ecosystem import FINDINGS, render_markdown, render_scoreboard
+    from posenc.ecosystem import findings, render_markdown, render_scoreboard
 
-    report = {**json.loads((ROOT / "docs" / "ecosystem.json").read_text()), "findings": list(FINDINGS)}
+    report = {**json.loads((ROOT / "docs" / "ecosystem.json").read_text()), "findings": findings()}
     assert (ROOT / "docs" / "ecosystem.md").read_text() == render_markdown(report)
     scoreboard = (ROOT / "docs" / "scoreboard.md").read_text()
     assert scoreboard == render_scoreboard(report)

@@ -11,7 +11,7 @@ loaded by path from the installed package. Mapping of the contract:
 * `x (batch, seqlen, nheads, headdim)`: rows of consecutive positions along a sequence axis, with heads
   kept as `nheads` (a view, no copy) when every head shares the row's offset; other positions are skips.
 * `cos`, `sin` `(seqlen_ro, rotary_dim / 2)`: built from the float64 spec (the case's scaling at its
-  sequence length, the attention factor folded in as transformers does) over `EDGE_TABLE_ROWS` rows and
+  sequence length, the attention factor folded in as transformers does) over `TABLE_ROWS` rows and
   cast to x's dtype, as flash-attn's `RotaryEmbedding` caches them; class "table".
 * offsets: "flash-attn" passes `seqlen_offsets` as a `[batch]` tensor (the path of batched decoding),
   "flash-attn-int-offset" as one int (rows starting at different positions are skips there).
@@ -27,7 +27,7 @@ import re
 import numpy as np
 
 from ...adapters import NotSupported
-from ..implementation import Implementation, ImplementationUnavailable
+from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailable
 from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, package_dir, rotary_width
 from ._triton import INTERPRETER_DTYPES, triton_mode
 
@@ -70,13 +70,6 @@ class _CpuTorch:
         return getattr(self._torch, name)
 
 
-def table_rows() -> int:
-    """The cos/sin table length: the edge set's, so positions past it are the edge cases'."""
-    from posenc.check.cases_edge import EDGE_TABLE_ROWS
-
-    return EDGE_TABLE_ROWS
-
-
 def spec_tables(rotary_dim, *, base, scaling, positions, dtype, rows):
     """cos, sin `(rows, rotary_dim / 2)` torch tensors in `dtype` from the float64 spec (attention factor folded in)."""
     import torch
@@ -109,7 +102,7 @@ def make_apply_rope(*, tensor_offsets: bool):
         else:
             raise NotSupported("flash-attn's int seqlen_offsets is one offset for the batch; these rows start at "
                                f"{sorted(set(offsets.tolist()))[:4]}")
-        cos, sin = spec_tables(r, base=base, scaling=scaling, positions=pos, dtype=x.dtype, rows=table_rows())
+        cos, sin = spec_tables(r, base=base, scaling=scaling, positions=pos, dtype=x.dtype, rows=TABLE_ROWS)
         out = rotary_module().apply_rotary(kernel_x, cos, sin, seqlen_offsets=seqlen_offsets,
                                            interleaved=layout == "interleaved")
         out = out.transpose(1, 2) if heads_kept else out.squeeze(2).reshape(moved.shape)
@@ -129,8 +122,28 @@ def load() -> tuple[Implementation, ...]:
     module = rotary_module()
     dtypes = INTERPRETER_DTYPES if isinstance(module.torch, _CpuTorch) else None
     mode = "interpreter" if dtypes else "native"
-    common = dict(version=version(), dtypes=dtypes, angles="table", max_positions=table_rows())
+    common = dict(version=version(), dtypes=dtypes, angles="table", max_positions=TABLE_ROWS)
     return (Implementation("flash-attn", "torch", {"apply_rope": make_apply_rope(tensor_offsets=True)},
                            description=f"apply_rotary (Triton, {mode}), [batch] tensor seqlen_offsets", **common),
             Implementation("flash-attn-int-offset", "torch", {"apply_rope": make_apply_rope(tensor_offsets=False)},
                            description=f"apply_rotary (Triton, {mode}), int seqlen_offsets", **common))
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ("`scripts/install_flash_attn_cpu.sh` (the sdist's Python files without the CUDA build, "
+           "plus triton; the kernel runs in Triton's interpreter without a GPU)")
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = (
+    {
+        'implementation': ('flash-attn'),
+        'title': ('rows past the cos/sin table come back unrotated with tensor offsets'),
+        'text': ('With `seqlen_offsets` a `[batch]` tensor, positions at or past `seqlen_ro` load cos = '
+            "1, sin = 0 (the masked loads' `other=`), so those rows are returned as their input, "
+            'with no error; the int offset path asserts `offset + seqlen <= seqlen_ro`. Negative '
+            'offsets read before the table on both paths (garbage or non-finite values, no error).'),
+        'reproduction': ('x = torch.randn(2, 8, 2, 16)\n'
+            'cos, sin = torch.ones(64, 8), torch.zeros(64, 8); cos[:, 0] = 0.0; sin[:, 0] = 1.0\n'
+            'y = apply_rotary(x, cos, sin, seqlen_offsets=torch.tensor([60, 0]))\n'
+            'assert torch.equal(y[0, 4:], x[0, 4:])  # positions 64..67: unrotated'),
+    },
+)

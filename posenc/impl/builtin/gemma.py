@@ -72,3 +72,10 @@ def load() -> Implementation:
     return Implementation("gemma", "jax", {"apply_rope": apply_rope}, version=importlib.metadata.version("gemma"),
                           layouts=("half",), dtypes=("float32", "bfloat16", "float16"), angles="float32",
                           description="gm.math apply_rope (positions [B, L]; scale_factor, rope_proportion)")
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ('`pip install --no-deps gemma` (3.x for Python 3.11; the adapter loads one module file '
+           'that needs only jax)')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = ()

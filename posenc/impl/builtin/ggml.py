@@ -150,3 +150,33 @@ def load() -> Implementation:
                           angles="float32",
                           description="ggml_rope_ext / ggml_rope_multi (NORMAL, NEOX, MROPE, IMROPE, VISION), "
                                       "llama.cpp's scaling parameters")
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ("`pip install ggml-python` (an sdist: builds ggml's CPU library with CMake, about 100 s)")
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = (
+    {
+        'implementation': ('ggml'),
+        'title': ('IMROPE feeds pairs HF gives the temporal id from the 4th position stream'),
+        'text': ('`ggml_mrope_cache_init` with `is_imrope` takes T only where `sector % 3 == 0 && sector '
+            '< 3 s_t`, H and W where `sector % 3 == 1 && sector < 3 s_h` (2, `3 s_w`), and the 4th '
+            "stream everywhere else; HF's Qwen3-VL (`apply_interleaved_mrope`) starts every pair at "
+            'T and overwrites only the H and W slots. With `[24, 20, 20]` (64 pairs) pairs 61 and 62 '
+            'read the 4th stream, which llama.cpp sets to 0 for text: they are never rotated (HF '
+            'turns them by T; at base 5e6 about 0.013 rad at 32k). A pair `j` falls through whenever '
+            "`j` is past 3x its residue's part (`j % 3 == 0` and `j >= 3 s_t`, and so on): `[2, 3, "
+            "3]` has pair 6 too; Qwen3.5's `[11, 11, 10]` has none."),
+        'reproduction': ('from posenc.impl.builtin.ggml import apply_rope  # one ggml_rope_multi node, 4th stream '
+            '0\n'
+            'x = np.random.default_rng(0).standard_normal((1, 1, 4, 128)).astype(np.float32)\n'
+            'pos = np.tile(np.arange(100000, 100004), (3, 1))  # text: the same id on every axis\n'
+            'kw = dict(base=5e6, mrope_section=[24, 20, 20], mrope_interleaved=True)  # -> '
+            'GGML_ROPE_TYPE_IMROPE\n'
+            'y, want = apply_rope(x, pos, **kw), posenc_np.apply_rope(x.astype(np.float64), pos, '
+            '**kw)\n'
+            'pairs = [61, 62, 125, 126]\n'
+            'print(np.array_equal(y[..., pairs], x[..., pairs]), abs(want - x)[..., pairs].max())  # '
+            'True 0.063'),
+    },
+)

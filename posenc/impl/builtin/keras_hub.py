@@ -126,3 +126,10 @@ def load() -> Implementation:
                           {"apply_rope": apply_rope, "sinusoidal": sinusoidal, "alibi_bias": alibi_bias},
                           version=keras_hub.__version__, layouts=("half",), angles="float32",
                           description="RotaryEmbedding, SinePositionEncoding, AlibiBias layers")
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ('`pip install --no-deps keras-hub` (requirements-nodeps.txt: its tensorflow-text would '
+           'replace tensorflow-cpu)')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = ()

@@ -30,3 +30,40 @@ def load() -> Implementation:
         dtypes=INTERPRETER_DTYPES if mode == "interpreter" else None)
     impl.description = f"liger_rotary_pos_emb (Triton, {mode}), tables from the float64 spec"
     return impl
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ("`pip install --no-deps liger-kernel triton` (Triton's interpreter runs it without a GPU, "
+           'float32 and float16)')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = (
+    {
+        'implementation': ('liger-kernel'),
+        'title': ('a contiguous [batch, heads, 1, dim] q is read with the wrong row stride'),
+        'text': ('`rope_forward` transposes q to `[batch, seq, heads, dim]` and passes `q.stride(1)` as '
+            'the row stride. For one decode token (seq = 1) of a contiguous `[batch, heads, 1, dim]` '
+            "q, the transposed view is contiguous for torch (size-1 dims' strides are free) and "
+            '`stride(1)` is `dim`, not `heads * dim`, so rows of different batch entries overlap: '
+            "batch > 1 and heads > 1 give wrong values (q in transformers' memory order, a "
+            'transposed `[batch, seq, heads, dim]` view, is fine).'),
+        'reproduction': ('q = torch.randn(2, 2, 1, 16)  # contiguous, one decode token\n'
+            'cos, sin = (torch.tensor(t, dtype=torch.float32) for t in '
+            'posenc_np.rope_cos_sin(np.array([[7], [7]]), 16))\n'
+            'qo, _ = liger_rotary_pos_emb(q.clone(), q.clone(), cos, sin)\n'
+            'want = posenc_np.apply_rope(q.double().numpy(), np.array([7]))\n'
+            'print(np.abs(qo.numpy() - want).max())  # ~3 (depends on q), not 1e-7'),
+    },
+    {
+        'implementation': ('liger-kernel'),
+        'title': ('`unsqueeze_dim=2` is accepted and ignored'),
+        'text': ('`liger_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)` on `[batch, seq, heads, dim]` q '
+            "(transformers' `unsqueeze_dim=2` form) rotates as if q were `[batch, heads, seq, dim]`: "
+            'the kernel always transposes axes 1 and 2.'),
+        'reproduction': ('q = torch.randn(2, 8, 2, 16)  # [batch, seq, heads, dim]\n'
+            'cos, sin = (torch.tensor(t, dtype=torch.float32)[None] for t in '
+            'posenc_np.rope_cos_sin(np.arange(8), 16))\n'
+            'qo, _ = liger_rotary_pos_emb(q.clone(), q.clone(), cos, sin, unsqueeze_dim=2)\n'
+            'want = posenc_np.apply_rope(q.double().numpy(), np.arange(8)[:, None])\n'
+            'print(np.abs(qo.numpy() - want).max())  # ~5 (depends on q), not 1e-7'),
+    },
+)

@@ -124,3 +124,10 @@ def load() -> Implementation:
     return Implementation("mlx", "numpy", {"apply_rope": apply_rope}, version=importlib.metadata.version("mlx"),
                           dtypes=MLX_DTYPES, angles="float32",
                           description="mx.fast.rope (CPU fallback on this machine): offsets, base/scale/freqs")
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ('`pip install "mlx[cpu]"` on Linux (plain `mlx` has no backend library there; needs glibc '
+           '>= 2.35)')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = ()

@@ -99,3 +99,34 @@ def load() -> Implementation:
                           version=importlib.metadata.version("mlx-lm"), dtypes=MLX_DTYPES, angles="float32",
                           description="rope_utils.initialize_rope modules (linear, dynamic, llama3, yarn, "
                                       "longrope, mrope) on mx.fast.rope")
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ('`pip install --no-deps mlx-lm` beside `mlx[cpu]` (on Linux mlx-lm does not depend on mlx)')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = (
+    {
+        'implementation': ('mlx-lm'),
+        'title': ('longrope (SuScaledRoPE) ignores `traditional` and the short factors'),
+        'text': ("`initialize_rope(..., traditional=True, scaling_config={'rope_type': 'longrope', ...})` "
+            'builds `SuScaledRoPE`, which calls `mx.fast.rope(..., traditional=False)`: an '
+            'interleaved model gets the half layout. It also uses the long factors at every length '
+            "(HF: short factors up to `original_max_position_embeddings`; posenc names mlx-lm's rule "
+            '`mlx-longrope`).'),
+        'reproduction': ("rope = initialize_rope(16, 10000.0, True, {'rope_type': 'longrope', 'short_factor': "
+            "[1.0] * 8, 'long_factor': [1.0] * 8, 'original_max_position_embeddings': 64}, 1024)\n"
+            'x = mx.random.normal((1, 1, 4, 16))\n'
+            'half = mx.fast.rope(x, 16, traditional=False, base=10000.0, scale=1.0, offset=0) * '
+            'rope._scale\n'
+            'print(mx.abs(rope(x) - half).max())  # 2e-7: the half layout, not the interleaved one '
+            'asked for'),
+    },
+    {
+        'implementation': ('mlx-lm'),
+        'title': ('`mrope` is plain 1-D RoPE'),
+        'text': ("`rope_type='mrope'` returns `nn.RoPE` and ignores `mrope_section`: right for text "
+            'tokens (all axes equal), wrong for image or video ids (mlx-vlm has the multi-axis code).'),
+        'reproduction': ("initialize_rope(128, 1e6, False, {'rope_type': 'mrope', 'mrope_section': [16, 24, 24]}, "
+            '4096)  # -> RoPE(128, ...)'),
+    },
+)

@@ -13,9 +13,9 @@ every graph optimisation off:
 
 Mapping of the contract: `x [batch, heads, seq, dim]` is the operators' 4-D `[B, N, S, H]` (`[batch, seq,
 heads, dim]` is transposed there and back); `layout` -> `interleaved`; partial rotary ->
-`rotary_embedding_dim`. The caches are `[EDGE_TABLE_ROWS, r/2]` rows of the spec's angles (with the
+`rotary_embedding_dim`. The caches are `[TABLE_ROWS, r/2]` rows of the spec's angles (with the
 frequencies of the case's `max(positions) + 1` for dynamic and LongRoPE, the attention scale folded in),
-cast to the inputs' dtype: declared `max_positions=EDGE_TABLE_ROWS`, precision class "table", dtypes
+cast to the inputs' dtype: declared `max_positions=TABLE_ROWS`, precision class "table", dtypes
 float32 and float16 (bfloat16 has no NumPy feed in ONNX Runtime's Python API without ml_dtypes support).
 """
 
@@ -26,8 +26,7 @@ import math
 import numpy as np
 
 from ...adapters import NotSupported
-from ...check.cases_edge import EDGE_TABLE_ROWS
-from ..implementation import Implementation, ImplementationUnavailable
+from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids
 
 DISTRIBUTION = "onnxruntime"
@@ -71,14 +70,14 @@ def _run(node, feeds: dict, outputs: dict):
 
 
 def caches(positions, rotary_dim, *, base, scaling, layout, dtype):
-    """Half-width `[EDGE_TABLE_ROWS, r/2]` cos/sin caches of the 1-D frequencies at the case's
+    """Half-width `[TABLE_ROWS, r/2]` cos/sin caches of the 1-D frequencies at the case's
     `max(positions) + 1` (dynamic NTK, LongRoPE), attention scale folded in, cast to `dtype`."""
     from posenc_np.rope import rope_plan
 
     plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
     positions = np.asarray(positions)
     seq_len = int(positions.max()) + 1 if positions.size else None
-    rows = np.arange(EDGE_TABLE_ROWS, dtype=np.float64)[:, None]
+    rows = np.arange(TABLE_ROWS, dtype=np.float64)[:, None]
     turns = rows * plan.turns_at(seq_len)
     angles = (turns - np.round(turns)) * 2 * math.pi  # reduced in float64, as the spec does
     return ((plan.attention_scale * np.cos(angles)).astype(dtype), (plan.attention_scale * np.sin(angles)).astype(dtype))
@@ -180,7 +179,7 @@ def load():
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
     # ONNX Runtime refuses position ids outside the cos/sin cache with INVALID_ARGUMENT
-    common = dict(version=onnxruntime.__version__, dtypes=DTYPES, angles="table", max_positions=EDGE_TABLE_ROWS,
+    common = dict(version=onnxruntime.__version__, dtypes=DTYPES, angles="table", max_positions=TABLE_ROWS,
                   refusals=(InvalidArgument,))
     return (Implementation("onnxruntime", "numpy", {"apply_rope": contrib_apply_rope},
                            description="com.microsoft RotaryEmbedding and MRotaryEmbedding", **common),
@@ -188,3 +187,9 @@ def load():
                            description="ai.onnx RotaryEmbedding (opset 23)", **common),
             Implementation("onnxruntime-gqa", "numpy", {"apply_rope": gqa_apply_rope},
                            description="com.microsoft GroupQueryAttention do_rotary (present_key)", **common))
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ("`pip install onnxruntime` (posenc's dev extra)")
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = ()

@@ -87,3 +87,22 @@ def load() -> Implementation:
                           dtypes=("float32", "bfloat16", "float16"), angles="float32", max_positions=MAX_SEQ_LEN,
                           description="RotaryPositionalEmbeddings / Llama3ScaledRoPE (input_pos [b, s], "
                                       f"cache of {MAX_SEQ_LEN} rows)")
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ('`pip install --no-deps torchtune` (the adapter loads the module files, which need only '
+           'torch; `import torchtune` needs torchao)')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = (
+    {
+        'implementation': ('torchtune'),
+        'title': ('negative positions read the rope cache from its end'),
+        'text': ('`RotaryPositionalEmbeddings.forward(x, input_pos=...)` gathers `self.cache[input_pos]`: '
+            'a negative id is a Python index from the end, so position -1 is rotated as position '
+            '`max_seq_len - 1`, with no error (positions at or past `max_seq_len` raise IndexError).'),
+        'reproduction': ('rope = RotaryPositionalEmbeddings(16, max_seq_len=64)\n'
+            'x = torch.randn(1, 1, 1, 16)\n'
+            'assert torch.equal(rope(x, input_pos=torch.tensor([[-1]])), rope(x, '
+            'input_pos=torch.tensor([[63]])))'),
+    },
+)

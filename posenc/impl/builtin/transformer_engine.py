@@ -12,7 +12,7 @@ fused path raises). With the full library installed, the real module is imported
   when they share the row's offset), `start_positions [b]`;
   "transformer-engine-thd": `tensor_format="thd"`, every row one sequence of the packed `t [tokens, 1, d]`
   with `cu_seqlens` and `start_positions` per sequence.
-* `freqs [EDGE_TABLE_ROWS, 1, 1, rotary_dim]`: the angles of the float64 spec (the case's scaling at its
+* `freqs [TABLE_ROWS, 1, 1, rotary_dim]`: the angles of the float64 spec (the case's scaling at its
   sequence length) in the layout's channel order (`cat(f, f)`, or each repeated for `interleaved`), as
   `RotaryPositionEmbedding.forward` lays them out; class "table" (TE's own module forms them in float32 and
   allocates on a CUDA device, so it does not run here). TE has no magnitude factor: YaRN / LongRoPE are skips.
@@ -27,9 +27,8 @@ import types
 import numpy as np
 
 from ...adapters import NotSupported
-from ..implementation import Implementation
+from ..implementation import TABLE_ROWS, Implementation
 from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, package_dir, rotary_width
-from .flash_attn import table_rows
 
 DISTRIBUTION = "transformer-engine"
 
@@ -99,7 +98,7 @@ def make_apply_rope(tensor_format: str):
         r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
         pos = positions.numpy()
         rows = offset_rows(tuple(x.shape), pos, what="Transformer Engine's apply_rotary_pos_emb")
-        freqs = freqs_table(r, base=base, scaling=scaling, positions=pos, layout=layout, rows=table_rows())
+        freqs = freqs_table(r, base=base, scaling=scaling, positions=pos, layout=layout, rows=TABLE_ROWS)
         moved = x.movedim(rows.seq_axis, -2)  # [*lead, seq, dim]
         seq, dim = moved.shape[-2:]
         offsets = rows.offsets
@@ -129,7 +128,7 @@ def load() -> tuple[Implementation, ...]:
 
     rope_module()
     common = dict(version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "bfloat16", "float16"),
-                  angles="table", max_positions=table_rows(),
+                  angles="table", max_positions=TABLE_ROWS,
                   # RotaryPositionEmbedding asserts "only supported up to <max_seq_len> sequence length"
                   refusals=(AssertionError,))
     return (Implementation("transformer-engine", "torch", {"apply_rope": make_apply_rope("bshd")},
@@ -137,3 +136,10 @@ def load() -> tuple[Implementation, ...]:
             Implementation("transformer-engine-thd", "torch", {"apply_rope": make_apply_rope("thd")},
                            description="apply_rotary_pos_emb(fused=False), thd with cu_seqlens and start_positions",
                            **common))
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ('`pip install --no-deps transformer-engine` (the Python wheel alone: the unfused path '
+           'runs without the CUDA core library)')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = ()

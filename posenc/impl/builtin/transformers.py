@@ -226,3 +226,9 @@ def load() -> tuple[Implementation, Implementation]:
                            version=transformers.__version__, layouts=("interleaved",), angles="float32",
                            max_positions=GPTJ_TABLE_ROWS,
                            description="GPT-J's sin/cos table (n_positions rows) + rotate_every_two"))
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ("`pip install transformers` (posenc's dev extra)")
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = ()

