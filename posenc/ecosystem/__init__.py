@@ -35,8 +35,8 @@ JSON schema ("posenc-ecosystem/1"), one object:
 
 from __future__ import annotations
 
-from .table import COLUMNS, SCHEMA, collect, column_of, findings, install_recipe, merge
 from .render import render_markdown, render_scoreboard
+from .table import COLUMNS, SCHEMA, collect, column_of, findings, install_recipe, merge
 
 __all__ = ["COLUMNS", "SCHEMA", "column_of", "collect", "findings", "install_recipe", "merge", "render_markdown",
            "render_scoreboard"]

@@ -11,8 +11,8 @@ from pathlib import Path
 from ..impl.builtin import BUILTINS
 from ..io import write_atomic
 from . import __doc__ as PACKAGE_DOC
-from .table import collect, describe, findings, merge
 from .render import render_markdown, render_scoreboard
+from .table import collect, describe, findings, merge
 
 
 def main(argv=None) -> int:

@@ -79,6 +79,7 @@ def declared_names(spec: str) -> tuple[str, ...] | None:
         raise ImplementationUnavailable(f"--impl {spec}: {module.DISTRIBUTION} is not installed "
                                         f"(pip install {module.DISTRIBUTION})")
     names = getattr(module, "NAMES", None)
+    names = names() if callable(names) else names  # a built-in whose names depend on the device
     return None if names is None else tuple(names)
 
 

@@ -3,6 +3,11 @@
 Each is a module `posenc.impl.builtin.<name with underscores>` exposing
 
 * `DISTRIBUTION`: the pip distribution whose presence and version `posenc check --impl list` reports;
+* `NAMES`: the names of the Implementations `load()` returns (a tuple, or a function of none returning one
+  where they depend on the device), so `posenc check` names a SPEC's records without importing its library:
+  the library is imported once, in the SPEC's worker;
+* `INSTALL`: the install recipe; `FINDINGS`: upstream behaviour the checks found, each a dict with
+  `implementation`, `title`, `text` and a minimal `reproduction` (`posenc.ecosystem` gathers both);
 * `load() -> Implementation | tuple[Implementation, ...]`: the adapter (several when the library has
   several entry points worth checking apart, e.g. two ops), raising `ImplementationUnavailable` (an
   ImportError) naming the distribution when it is not installed.

@@ -32,6 +32,8 @@ from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, pack
 from ._triton import INTERPRETER_DTYPES, triton_mode
 
 DISTRIBUTION = "flash-attn"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('flash-attn', 'flash-attn-int-offset')
 
 _MODULE = None
 

@@ -24,6 +24,8 @@ from ..implementation import Implementation
 from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
 
 DISTRIBUTION = "gemma"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('gemma',)
 
 _MODULE = None
 

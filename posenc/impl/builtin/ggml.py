@@ -32,6 +32,8 @@ from ..implementation import Implementation, ImplementationUnavailable
 from ._rope_inputs import frequencies, rotary_width, token_positions
 
 DISTRIBUTION = "ggml-python"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('ggml',)
 
 NORMAL, NEOX, MROPE, VISION, IMROPE = 0, 2, 8, 24, 40
 _FACTOR_TYPES = ("llama3", "longrope", "llamacpp-freq-factors")

@@ -27,6 +27,8 @@ from ..implementation import Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids
 
 DISTRIBUTION = "keras-hub"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('keras-hub',)
 
 #: Keras backend name -> posenc adapter name
 _FRAMEWORKS = {"tensorflow": "tf", "jax": "jax", "torch": "torch", "numpy": "numpy"}

@@ -14,6 +14,8 @@ from ..implementation import Implementation, ImplementationUnavailable
 from ._triton import INTERPRETER_DTYPES, triton_mode
 
 DISTRIBUTION = "liger-kernel"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('liger-kernel',)
 
 
 def load() -> Implementation:

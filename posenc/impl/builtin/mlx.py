@@ -26,6 +26,8 @@ from ..implementation import Implementation, ImplementationUnavailable
 from ._rope_inputs import frequencies, offset_rows, rotary_width
 
 DISTRIBUTION = "mlx"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('mlx',)
 
 #: the dtypes the MLX adapters take (MLX has no float64 on every device)
 MLX_DTYPES = ("float32", "float16", "bfloat16")

@@ -29,6 +29,8 @@ from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
 from .mlx import MLX_DTYPES, call_with_offsets
 
 DISTRIBUTION = "mlx-lm"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('mlx-lm',)
 
 #: posenc rope_type -> mlx-lm's name for what the spec's entry computes
 _TYPES = {"default": "default", "linear": "linear", "dynamic": "dynamic", "llama3": "llama3", "yarn": "yarn",

@@ -30,6 +30,8 @@ from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailab
 from ..rotary_kernel import hf_position_ids
 
 DISTRIBUTION = "onnxruntime"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('onnxruntime', 'onnxruntime-opset23', 'onnxruntime-gqa')
 DTYPES = ("float32", "float16")
 _MS = "com.microsoft"
 

