@@ -22,43 +22,43 @@ Without a GPU the kernel runs in Triton's interpreter: float32 and float16 only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 
 import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailable
-from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, package_dir, rotary_width
+from ._kernel_inputs import offset_rows, rotary_width, spec_table
+from ._loading import module_file, package_dir
 from ._triton import INTERPRETER_DTYPES, triton_mode
 
 DISTRIBUTION = "flash-attn"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
 NAMES = ('flash-attn', 'flash-attn-int-offset')
 
-_MODULE = None
+_MISSING = "--impl flash-attn: flash_attn is not installed (scripts/install_flash_attn_cpu.sh installs its Python files)"
 
 
 def _package_dir():
-    return package_dir("flash_attn", missing="--impl flash-attn: flash_attn is not installed "
-                                             "(scripts/install_flash_attn_cpu.sh installs its Python files)")
+    return package_dir("flash_attn", missing=_MISSING)
 
 
+@functools.cache
 def rotary_module():
-    """flash-attn's `ops/triton/rotary.py`, loaded by path (cached)."""
-    global _MODULE
-    if _MODULE is None:
-        mode = triton_mode()  # before the kernel's module is executed: triton.jit reads TRITON_INTERPRET
-        path = _package_dir() / "ops" / "triton" / "rotary.py"
-        try:
-            module = load_file(path, "_posenc_flash_attn_triton_rotary")
-        except ImportError as error:
-            raise ImplementationUnavailable(f"--impl flash-attn: {path} does not import ({error}); it needs "
-                                            f"triton (pip install triton)") from error
-        if mode == "interpreter":
-            # apply_rotary enters torch.cuda.device(x.device.index); there is no CUDA device to enter
-            module.torch = _CpuTorch(module.torch)
-        _MODULE = module
-    return _MODULE
+    """flash-attn's `ops/triton/rotary.py`, loaded by path once."""
+    mode = triton_mode()  # before the kernel's module is executed: triton.jit reads TRITON_INTERPRET
+    try:
+        module = module_file("flash_attn", "ops", "triton", "rotary.py", missing=_MISSING)
+    except ImportError as error:
+        if isinstance(error, ImplementationUnavailable):
+            raise
+        raise ImplementationUnavailable(f"--impl flash-attn: ops/triton/rotary.py does not import ({error}); it "
+                                        f"needs triton (pip install triton)") from error
+    if mode == "interpreter":
+        # apply_rotary enters torch.cuda.device(x.device.index); there is no CUDA device to enter
+        module.torch = _CpuTorch(module.torch)
+    return module
 
 
 class _CpuTorch:
@@ -76,8 +76,7 @@ def spec_tables(rotary_dim, *, base, scaling, positions, dtype, rows):
     """cos, sin `(rows, rotary_dim / 2)` torch tensors in `dtype` from the float64 spec (attention factor folded in)."""
     import torch
 
-    inv, attention_scale = frequencies(rotary_dim, base=base, scaling=scaling, positions=positions)
-    angles = angle_table(rows, inv)
+    angles, attention_scale = spec_table(rotary_dim, rows, base=base, scaling=scaling, positions=positions)
     return tuple(torch.from_numpy(attention_scale * f(angles)).to(dtype) for f in (np.cos, np.sin))
 
 

@@ -21,33 +21,28 @@ import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import Implementation
-from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
+from ._kernel_inputs import rotary_width, rotate_partial, scaling_type, token_positions
+from ._loading import module_file
 
 DISTRIBUTION = "gemma"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
 NAMES = ('gemma',)
 
-_MODULE = None
-
-
 def positional_embeddings():
-    """gemma's `gm/math/_positional_embeddings.py`, loaded by path (cached)."""
-    global _MODULE
-    if _MODULE is None:
-        path = package_dir("gemma", missing="--impl gemma: gemma is not installed (pip install --no-deps gemma)")
-        _MODULE = load_file(path / "gm" / "math" / "_positional_embeddings.py", "_posenc_gemma_positional_embeddings")
-    return _MODULE
+    """gemma's `gm/math/_positional_embeddings.py`, loaded by path once."""
+    return module_file("gemma", "gm", "math", "_positional_embeddings.py",
+                       missing="--impl gemma: gemma is not installed (pip install --no-deps gemma)")
 
 
-def _gemma_scaling(scaling) -> dict:
-    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
-    if kind in (None, "default"):
+def _gemma_scaling(scaling, *, rotary_dim, base) -> dict:
+    kind, params = scaling_type(scaling, rotary_dim=rotary_dim, base=base)
+    if kind == "default":
         return {}
     if kind == "linear":
-        return {"scale_factor": float(scaling["factor"])}
+        return {"scale_factor": float(params["factor"])}
     if kind == "proportional":
-        return {"scale_factor": float(scaling.get("factor", 1.0)),
-                "rope_proportion": float(scaling.get("partial_rotary_factor", 1.0))}
+        return {"scale_factor": float(params.get("factor", 1.0)),
+                "rope_proportion": float(params.get("partial_rotary_factor", 1.0))}
     raise NotSupported(f"gemma's apply_rope has scale_factor (linear) and rope_proportion (proportional), "
                        f"no {kind!r}")
 
@@ -59,12 +54,15 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     if layout != "half":
         raise NotSupported("gemma's apply_rope rotates halves only")
     r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
-    options = _gemma_scaling(scaling)
-    tokens = token_positions(x.shape, np.asarray(positions)).reshape(1, -1)
-    rotated = x[..., :r].reshape(1, -1, 1, r)
-    out = positional_embeddings().apply_rope(rotated, jnp.asarray(tokens), base_frequency=float(base), **options)
-    out = out.reshape(*x.shape[:-1], r)
-    return out if r == x.shape[-1] else jnp.concatenate([out, x[..., r:]], axis=-1)
+    options = _gemma_scaling(scaling, rotary_dim=r, base=base)
+    tokens = jnp.asarray(token_positions(x.shape, np.asarray(positions)).reshape(1, -1))
+
+    def rotate(part):
+        out = positional_embeddings().apply_rope(part.reshape(1, -1, 1, r), tokens, base_frequency=float(base),
+                                                 **options)
+        return out.reshape(*x.shape[:-1], r)
+
+    return rotate_partial(rotate, x, r, lambda parts: jnp.concatenate(parts, axis=-1))
 
 
 def load() -> Implementation:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import frequencies, rotary_width, token_positions
+from ._kernel_inputs import frequencies, rotary_width, token_positions
 
 DISTRIBUTION = "ggml-python"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing

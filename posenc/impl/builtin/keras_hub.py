@@ -25,6 +25,7 @@ import numpy as np
 from ...adapters import NotSupported, adapter
 from ..implementation import Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids
+from ._kernel_inputs import rotary_width, rotate_partial
 
 DISTRIBUTION = "keras-hub"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
@@ -69,19 +70,19 @@ def rotary_options(scaling) -> dict:
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
     """The contract's `apply_rope` through `keras_hub.layers.RotaryEmbedding`."""
-    from posenc_np.rope import resolve_rotary_dim
-
     _, keras_hub = _keras()
     if layout != "half":
         raise NotSupported("keras-hub's RotaryEmbedding rotates halves (layout 'half') only")
     ad = adapter(framework())
     x_np = np.asarray(ad.to_numpy(x))
-    r = resolve_rotary_dim(x_np.shape[-1], rotary_dim, rotary_pct)
+    r = rotary_width(x_np.shape[-1], rotary_dim, rotary_pct)
     ids, heads_axis = hf_position_ids(np.asarray(ad.to_numpy(positions)), x_np.shape)
     layer = keras_hub.layers.RotaryEmbedding(max_wavelength=float(base), sequence_axis=3 - heads_axis,
                                              dtype=str(x_np.dtype), **rotary_options(scaling))
-    rotated = np.asarray(ad.to_numpy(layer(ad.from_numpy(x_np[..., :r]), positions=ad.from_numpy(ids))))
-    return ad.from_numpy(np.concatenate([rotated, x_np[..., r:]], axis=-1))
+    def rotate(part):
+        return np.asarray(ad.to_numpy(layer(ad.from_numpy(part), positions=ad.from_numpy(ids))))
+
+    return ad.from_numpy(rotate_partial(rotate, x_np, r, lambda parts: np.concatenate(parts, axis=-1)))
 
 
 def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype=None):

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import frequencies, offset_rows, rotary_width
+from ._kernel_inputs import frequencies, offset_rows, rotary_width
 
 DISTRIBUTION = "mlx"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing

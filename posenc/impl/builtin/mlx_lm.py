@@ -25,7 +25,8 @@ import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import Implementation, ImplementationUnavailable
-from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
+from ._kernel_inputs import require_shared_three_axes, rotary_width, token_positions
+from ._loading import module_file
 from .mlx import MLX_DTYPES, call_with_offsets
 
 DISTRIBUTION = "mlx-lm"
@@ -36,22 +37,16 @@ NAMES = ('mlx-lm',)
 _TYPES = {"default": "default", "linear": "linear", "dynamic": "dynamic", "llama3": "llama3", "yarn": "yarn",
           "longrope": "longrope", "mlx-yarn": "yarn", "mlx-longrope": "longrope"}
 
-_MODULE = None
-
-
 def rope_utils():
-    """mlx-lm's `models/rope_utils.py`, loaded by path (cached)."""
-    global _MODULE
-    if _MODULE is None:
-        path = package_dir("mlx_lm", missing="--impl mlx-lm: mlx_lm is not installed (pip install mlx-lm)") / \
-            "models" / "rope_utils.py"
-        try:
-            module = load_file(path, "_posenc_mlx_lm_rope_utils")
-        except ImportError as error:
-            raise ImplementationUnavailable(f"--impl mlx-lm: {path} does not import ({error}); on Linux "
-                                            f"install mlx[cpu] beside mlx-lm") from error
-        _MODULE = module
-    return _MODULE
+    """mlx-lm's `models/rope_utils.py`, loaded by path once."""
+    try:
+        return module_file("mlx_lm", "models", "rope_utils.py",
+                           missing="--impl mlx-lm: mlx_lm is not installed (pip install mlx-lm)")
+    except ImplementationUnavailable:
+        raise
+    except ImportError as error:
+        raise ImplementationUnavailable(f"--impl mlx-lm: models/rope_utils.py does not import ({error}); on Linux "
+                                        f"install mlx[cpu] beside mlx-lm") from error
 
 
 def scaling_config(scaling, *, mrope_section=None):
@@ -82,9 +77,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     x = np.asarray(x)
     r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
     if mrope_section is not None:
-        if np.isscalar(mrope_section) or len(mrope_section) != 3 or mrope_frequencies != "shared":
-            raise NotSupported("mlx-lm's mrope takes a 3-axis section with shared frequencies, not "
-                               f"mrope_section={mrope_section!r}, mrope_frequencies={mrope_frequencies!r}")
+        require_shared_three_axes("mlx-lm's mrope", mrope_section, mrope_frequencies)
         positions = token_positions(x.shape, positions, axes=3)[0]
     config, max_positions = scaling_config(scaling, mrope_section=mrope_section)
     module = rope_utils().initialize_rope(r, float(base), layout == "interleaved", config, max_positions)

@@ -21,13 +21,12 @@ float32 and float16 (bfloat16 has no NumPy feed in ONNX Runtime's Python API wit
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids
+from ._kernel_inputs import require_shared_three_axes, rotary_width, spec_table
 
 DISTRIBUTION = "onnxruntime"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
@@ -74,15 +73,8 @@ def _run(node, feeds: dict, outputs: dict):
 def caches(positions, rotary_dim, *, base, scaling, layout, dtype):
     """Half-width `[TABLE_ROWS, r/2]` cos/sin caches of the 1-D frequencies at the case's
     `max(positions) + 1` (dynamic NTK, LongRoPE), attention scale folded in, cast to `dtype`."""
-    from posenc_np.rope import rope_plan
-
-    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
-    positions = np.asarray(positions)
-    seq_len = int(positions.max()) + 1 if positions.size else None
-    rows = np.arange(TABLE_ROWS, dtype=np.float64)[:, None]
-    turns = rows * plan.turns_at(seq_len)
-    angles = (turns - np.round(turns)) * 2 * math.pi  # reduced in float64, as the spec does
-    return ((plan.attention_scale * np.cos(angles)).astype(dtype), (plan.attention_scale * np.sin(angles)).astype(dtype))
+    angles, scale = spec_table(rotary_dim, TABLE_ROWS, base=base, scaling=scaling, positions=positions, layout=layout)
+    return (scale * np.cos(angles)).astype(dtype), (scale * np.sin(angles)).astype(dtype)
 
 
 def _bnsh(x, positions, axes=None):
@@ -94,12 +86,10 @@ def _bnsh(x, positions, axes=None):
 
 
 def _rope_inputs(x, positions, rotary_dim, rotary_pct, mrope_section):
-    from posenc_np.rope import resolve_rotary_dim
-
     x = np.asarray(x)
     if x.dtype.name not in DTYPES:
         raise NotSupported(f"ONNX Runtime is fed {', '.join(DTYPES)} here, not {x.dtype}")
-    r = resolve_rotary_dim(x.shape[-1], rotary_dim, rotary_pct)
+    r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
     axes = None if mrope_section is None else (int(mrope_section) if np.isscalar(mrope_section)
                                                else len(mrope_section))
     return x, r, axes
@@ -117,9 +107,7 @@ def contrib_apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=
         node = helper.make_node("RotaryEmbedding", ["input", "position_ids", "cos_cache", "sin_cache"], ["y"],
                                 domain=_MS, **attrs)
     else:
-        if axes != 3 or np.isscalar(mrope_section) or mrope_frequencies != "shared":
-            raise NotSupported("MRotaryEmbedding takes a 3-axis mrope_section with shared frequencies; got "
-                               f"mrope_section={mrope_section!r}, mrope_frequencies={mrope_frequencies!r}")
+        require_shared_three_axes("MRotaryEmbedding", mrope_section, mrope_frequencies)
         node = helper.make_node("MRotaryEmbedding", ["input", "position_ids", "cos_cache", "sin_cache"], ["y"],
                                 domain=_MS, mrope_section=[int(s) for s in mrope_section],
                                 mrope_layout=int(bool(mrope_interleaved)), **attrs)

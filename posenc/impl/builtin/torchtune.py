@@ -19,11 +19,14 @@ for the products and the output cast back to its dtype.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import Implementation
-from ._rope_inputs import load_file, package_dir, rotary_width, token_positions
+from ._kernel_inputs import rotary_width, rotate_partial, scaling_type, token_positions
+from ._loading import module_file
 
 DISTRIBUTION = "torchtune"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
@@ -33,36 +36,33 @@ MAX_SEQ_LEN = 2**20
 
 _FILES = {"RotaryPositionalEmbeddings": ("modules", "position_embeddings.py"),
           "Llama3ScaledRoPE": ("models", "llama3_1", "_position_embeddings.py")}
-_MODULES: dict = {}
-_BUILT: dict = {}  # the last module built: the cache costs ~0.1 s per 2**20 rows
 
 
 def module_class(name: str):
-    """torchtune's rotary class `name`, from its module file loaded by path (cached)."""
-    if name not in _MODULES:
-        path = package_dir("torchtune", missing="--impl torchtune: torchtune is not installed "
-                                                "(pip install --no-deps torchtune)").joinpath(*_FILES[name])
-        _MODULES[name] = getattr(load_file(path, f"_posenc_torchtune_{path.stem}"), name)
-    return _MODULES[name]
+    """torchtune's rotary class `name`, from its module file loaded by path once."""
+    module = module_file("torchtune", *_FILES[name],
+                         missing="--impl torchtune: torchtune is not installed (pip install --no-deps torchtune)")
+    return getattr(module, name)
 
 
 def rope_module(rotary_dim: int, base, scaling):
-    """The torchtune module for the contract's frequencies (the last one is reused)."""
-    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
-    if kind in (None, "default"):
-        key = ("RotaryPositionalEmbeddings", rotary_dim, float(base))
-        options = {}
-    elif kind == "llama3":
-        options = dict(scale_factor=scaling["factor"], low_freq_factor=scaling["low_freq_factor"],
-                       high_freq_factor=scaling["high_freq_factor"],
-                       old_context_len=scaling["original_max_position_embeddings"])
-        key = ("Llama3ScaledRoPE", rotary_dim, float(base), tuple(sorted(options.items())))
-    else:
-        raise NotSupported(f"torchtune has RotaryPositionalEmbeddings and Llama3ScaledRoPE, no {kind!r} scaling")
-    if key not in _BUILT:
-        _BUILT.clear()
-        _BUILT[key] = module_class(key[0])(rotary_dim, max_seq_len=MAX_SEQ_LEN, base=base, **options)
-    return _BUILT[key]
+    """The torchtune module for the contract's frequencies (the last one is reused: its cache costs ~0.1 s per
+    2**20 rows)."""
+    kind, params = scaling_type(scaling, rotary_dim=rotary_dim, base=base)
+    if kind == "default":
+        return _built(("RotaryPositionalEmbeddings", rotary_dim, float(base)))
+    if kind == "llama3":
+        options = dict(scale_factor=params["factor"], low_freq_factor=params["low_freq_factor"],
+                       high_freq_factor=params["high_freq_factor"],
+                       old_context_len=params["original_max_position_embeddings"])
+        return _built(("Llama3ScaledRoPE", rotary_dim, float(base), tuple(sorted(options.items()))))
+    raise NotSupported(f"torchtune has RotaryPositionalEmbeddings and Llama3ScaledRoPE, no {kind!r} scaling")
+
+
+@functools.lru_cache(maxsize=1)
+def _built(key):
+    name, rotary_dim, base, *options = key
+    return module_class(name)(rotary_dim, max_seq_len=MAX_SEQ_LEN, base=base, **dict(options[0] if options else ()))
 
 
 def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None,
@@ -74,10 +74,12 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
         raise NotSupported("torchtune's RotaryPositionalEmbeddings rotates interleaved pairs only")
     r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
     module = rope_module(r, base, scaling)
-    tokens = token_positions(tuple(x.shape), positions.numpy()).reshape(1, -1)
-    rotated = x[..., :r].reshape(1, -1, 1, r)
-    out = module(rotated, input_pos=torch.from_numpy(np.ascontiguousarray(tokens))).reshape(*x.shape[:-1], r)
-    return out if r == x.shape[-1] else torch.cat([out, x[..., r:]], dim=-1)
+    tokens = torch.from_numpy(np.ascontiguousarray(token_positions(tuple(x.shape), positions.numpy()).reshape(1, -1)))
+
+    def rotate(part):
+        return module(part.reshape(1, -1, 1, r), input_pos=tokens).reshape(*x.shape[:-1], r)
+
+    return rotate_partial(rotate, x, r, lambda parts: torch.cat(parts, dim=-1))
 
 
 def load() -> Implementation:

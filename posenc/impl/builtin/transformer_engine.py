@@ -21,6 +21,7 @@ fused path raises). With the full library installed, the real module is imported
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 
@@ -28,13 +29,13 @@ import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import TABLE_ROWS, Implementation
-from ._rope_inputs import angle_table, frequencies, load_file, offset_rows, package_dir, rotary_width
+from ._kernel_inputs import offset_rows, rotary_width, spec_table
+from ._loading import exec_file, package_dir
 
 DISTRIBUTION = "transformer-engine"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
 NAMES = ('transformer-engine', 'transformer-engine-thd')
 
-_MODULE = None
 _STUBBED = ("transformer_engine_torch", "transformer_engine", "transformer_engine.pytorch",
             "transformer_engine.pytorch.cpp_extensions", "transformer_engine.pytorch.cpp_extensions.fused_attn")
 
@@ -57,36 +58,33 @@ def _load_unfused(path):
         sys.modules[name] = _FusedPathUnavailable(name)
     sys.modules["transformer_engine.pytorch.cpp_extensions.fused_attn"].QKVFormat = {}
     try:
-        module = load_file(path, "_posenc_transformer_engine_rope")
+        module = exec_file(path, "_posenc_transformer_engine_rope")
     finally:
         for name in added:
             del sys.modules[name]
     return module
 
 
+@functools.cache
 def rope_module():
-    """TE's `pytorch/attention/rope.py`: the installed module when TE imports, else its file unfused (cached)."""
-    global _MODULE
-    if _MODULE is None:
-        root = package_dir("transformer_engine", missing="--impl transformer-engine: transformer_engine is not "
-                                                         "installed (pip install --no-deps transformer-engine)")
-        try:
-            import transformer_engine.pytorch.attention.rope as module
-        except (ImportError, RuntimeError):  # the Python wheel without its core library refuses to import
-            module = _load_unfused(root / "pytorch" / "attention" / "rope.py")
-        _MODULE = module
-    return _MODULE
+    """TE's `pytorch/attention/rope.py`: the installed module when TE imports, else its file unfused (once)."""
+    root = package_dir("transformer_engine", missing="--impl transformer-engine: transformer_engine is not "
+                                                     "installed (pip install --no-deps transformer-engine)")
+    try:
+        import transformer_engine.pytorch.attention.rope as module
+    except (ImportError, RuntimeError):  # the Python wheel without its core library refuses to import
+        module = _load_unfused(root / "pytorch" / "attention" / "rope.py")
+    return module
 
 
 def freqs_table(rotary_dim, *, base, scaling, positions, layout, rows):
     """float64 `[rows, 1, 1, rotary_dim]` angles in the layout's channel order (RotaryPositionEmbedding's)."""
     import torch
 
-    inv, attention_scale = frequencies(rotary_dim, base=base, scaling=scaling, positions=positions)
+    half, attention_scale = spec_table(rotary_dim, rows, base=base, scaling=scaling, positions=positions)
     if attention_scale != 1.0:
         raise NotSupported(f"Transformer Engine's freqs carry angles only, no magnitude factor "
                            f"({attention_scale:.4g} here)")
-    half = angle_table(rows, inv)
     emb = np.concatenate([half, half], -1) if layout == "half" else np.repeat(half, 2, axis=-1)
     return torch.from_numpy(emb).reshape(rows, 1, 1, rotary_dim)
 

@@ -31,6 +31,7 @@ import numpy as np
 from ...adapters import NotSupported, adapter
 from ..implementation import Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids, rotated_pair
+from ._kernel_inputs import require_shared_three_axes
 
 DISTRIBUTION = "transformers"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
@@ -115,10 +116,7 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     r = resolve_rotary_dim(x_np.shape[-1], rotary_dim, rotary_pct)
     axes = None
     if mrope_section is not None:
-        if np.isscalar(mrope_section) or len(mrope_section) != 3 or mrope_frequencies != "shared":
-            raise NotSupported("transformers' text M-RoPE classes take a 3-axis mrope_section with shared "
-                               f"frequencies; got mrope_section={mrope_section!r}, "
-                               f"mrope_frequencies={mrope_frequencies!r}")
+        require_shared_three_axes("transformers' text M-RoPE classes", mrope_section, mrope_frequencies)
         axes = 3
     ids, unsqueeze_dim = hf_position_ids(np.asarray(ad.to_numpy(positions)), x_np.shape, axes=axes)
     rotary_class, apply = _rotary(layout, axes, bool(mrope_interleaved), r != x_np.shape[-1])

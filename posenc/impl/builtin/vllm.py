@@ -25,7 +25,7 @@ import numpy as np
 
 from ...adapters import NotSupported, current_device
 from ..implementation import TABLE_ROWS, Implementation, ImplementationUnavailable
-from ._rope_inputs import rotary_width, token_positions
+from ._kernel_inputs import require_shared_three_axes, rotary_width, token_positions
 
 
 def _distribution() -> str:
@@ -102,8 +102,7 @@ def make_apply_rope(path: str):
         r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
         axes = None
         if mrope_section is not None:
-            if np.isscalar(mrope_section) or len(mrope_section) != 3 or mrope_frequencies != "shared":
-                raise NotSupported("vLLM's MRotaryEmbedding takes a 3-axis section with shared frequencies")
+            require_shared_three_axes("vLLM's MRotaryEmbedding", mrope_section, mrope_frequencies)
             axes = 3
         tokens = token_positions(tuple(x.shape), positions.numpy(), axes=axes)
         flat = tokens.reshape(-1) if axes is None else tokens.reshape(axes, -1)
