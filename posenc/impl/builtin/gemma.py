@@ -79,3 +79,8 @@ INSTALL = ('`pip install --no-deps gemma` (3.x for Python 3.11; the adapter load
            'that needs only jax)')
 #: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
 FINDINGS = ()
+
+#: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
+#: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
+#: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
+EXPECTED = {}

@@ -182,3 +182,17 @@ FINDINGS = (
             'True 0.063'),
     },
 )
+
+#: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
+#: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
+#: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
+EXPECTED = {
+    'ggml qwen3-vl/short': 'angle-precision',
+    'ggml qwen3-vl/long': 'angle-precision',
+    'ggml qwen3-vl/per-row': 'angle-precision',
+    'ggml qwen3-vl/text-image-video': 'angle-precision',
+    'ggml mrope-interleaved-linear/long': 'unknown',
+    'ggml mrope-interleaved-yarn/long': 'angle-precision',
+    'ggml mrope-interleaved-longrope/short': 'unknown',
+    'ggml mrope-interleaved-longrope/long': 'angle-precision',
+}

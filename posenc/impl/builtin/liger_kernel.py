@@ -69,3 +69,12 @@ FINDINGS = (
             'print(np.abs(qo.numpy() - want).max())  # ~5 (depends on q), not 1e-7'),
     },
 )
+
+#: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
+#: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
+#: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
+EXPECTED = {
+    'liger-kernel hf-llama/broadcast': 'unrotated',
+    'liger-kernel gpt-neox/broadcast': 'unrotated',
+    'liger-kernel edge/decode-past-table': 'unrotated',
+}

@@ -133,3 +133,8 @@ INSTALL = ('`pip install "mlx[cpu]"` on Linux (plain `mlx` has no backend librar
            '>= 2.35)')
 #: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
 FINDINGS = ()
+
+#: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
+#: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
+#: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
+EXPECTED = {}

@@ -125,3 +125,23 @@ FINDINGS = (
             '4096)  # -> RoPE(128, ...)'),
     },
 )
+
+#: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
+#: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
+#: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
+EXPECTED = {
+    'mlx-lm half-longrope/short': 'unknown',
+    'mlx-lm half-longrope/per-row': 'unknown',
+    'mlx-lm interleaved-longrope/short': 'unknown',
+    'mlx-lm interleaved-longrope/long': 'layout',
+    'mlx-lm interleaved-longrope/per-row': 'unknown',
+    'mlx-lm interleaved-mlx-longrope/long': 'layout',
+    'mlx-lm qwen2-vl/short': 'mrope-axes',
+    'mlx-lm qwen2-vl/long': 'unrotated',
+    'mlx-lm qwen2-vl/per-row': 'mrope-axes',
+    'mlx-lm qwen2-vl/text-image-video': 'mrope-axes',
+    'mlx-lm qwen3-vl/short': 'mrope-axes',
+    'mlx-lm qwen3-vl/long': 'unrotated',
+    'mlx-lm qwen3-vl/per-row': 'mrope-axes',
+    'mlx-lm qwen3-vl/text-image-video': 'mrope-axes',
+}

@@ -110,3 +110,10 @@ FINDINGS = (
             'input_pos=torch.tensor([[63]])))'),
     },
 )
+
+#: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
+#: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
+#: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
+EXPECTED = {
+    'torchtune edge/negative-positions-interleaved': 'wrapped',
+}

@@ -143,3 +143,19 @@ INSTALL = ('`pip install --no-deps transformer-engine` (the Python wheel alone: 
            'runs without the CUDA core library)')
 #: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
 FINDINGS = ()
+
+#: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
+#: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
+#: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
+EXPECTED = {
+    'transformer-engine edge/negative-positions': 'error',
+    'transformer-engine-thd edge/negative-positions': 'error',
+    'transformer-engine-thd edge/past-table': 'error',
+    'transformer-engine-thd edge/offset-past-table': 'error',
+    'transformer-engine-thd edge/decode-past-table': 'error',
+    'transformer-engine edge/negative-positions-interleaved': 'error',
+    'transformer-engine-thd edge/negative-positions-interleaved': 'error',
+    'transformer-engine-thd edge/past-table-interleaved': 'error',
+    'transformer-engine-thd edge/offset-past-table-interleaved': 'error',
+    'transformer-engine-thd edge/decode-past-table-interleaved': 'error',
+}
