@@ -26,8 +26,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from posenc_np._dtypes import dtype_name, numpy_dtype
-from posenc_np._freeze import freeze as _freeze
+from posenc_np.backend import dtype_name, numpy_dtype
+from posenc_np.backend import freeze as _freeze
 
 __all__ = ["Adapter", "ADAPTERS", "NotSupported", "trailing_view_base", "CHECK_BACKENDS", "adapter", "adapter_for",
            "BACKENDS", "SPEC", "TORCH_COMPILE_BACKENDS", "DEFAULT_TORCH_COMPILE_BACKEND", "BackendUnavailable",

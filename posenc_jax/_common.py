@@ -17,8 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_np._dtypes import dtype_name
-from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer
+from posenc_np.backend import (
+    check_integer_positions,
+    check_position_axes,
+    check_position_pair,
+    check_traced_integer,
+    dtype_name,
+    spec_value,
+)
 
 __all__ = ["resolve_dtype", "as_tensor", "is_tracing", "spec_value", "spec_constant", "position_pair"]
 
@@ -47,18 +53,6 @@ def is_tracing(x=None) -> bool:
 
 TRACE = "under jit"  # where values cannot be read, in the messages of `_validate.check_traced_integer`
 
-_VALUES: dict = {}
-
-
-def spec_value(key, make):
-    """`make()` (NumPy arrays or Python values computed by the spec from parameters), once per `key`.
-
-    `make` must close over Python values only (no arrays of a trace); `key` must name every
-    parameter it reads.
-    """
-    if key not in _VALUES:
-        _VALUES[key] = make()
-    return _VALUES[key]
 
 
 _CONSTANTS: dict = {}

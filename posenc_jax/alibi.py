@@ -5,9 +5,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_np._modules import ALiBiConfig
 from posenc_np.alibi import alibi_slopes as _spec_slopes
 from posenc_np.alibi import check_alibi_args
+from posenc_np.backend import ALiBiConfig
 
 from ._common import position_pair, resolve_dtype, spec_constant
 

@@ -6,8 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_np._modules import CoPEConfig
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import CoPEConfig, check_float_dtype
 from posenc_np.cope import check_cope_shapes
 
 __all__ = ["cope", "CoPE"]

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_np._modules import KERPLEConfig
+from posenc_np.backend import KERPLEConfig
 from posenc_np.kerple import check_kerple_params, check_sandwich_args, sandwich_head_scale, sandwich_inv_freq
 
 from ._common import position_pair, resolve_dtype, spec_constant

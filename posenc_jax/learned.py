@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc_np._modules import LearnedConfig
-from posenc_np._validate import (
+from posenc_np.backend import (
+    LearnedConfig,
     check_integer_positions,
     check_positions_in_table,
     check_positive_int,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import check_float_dtype
 from posenc_np.mla import check_mla_args, mla_rope_permutation, mla_softmax_scale
 
 from .rope import apply_rope

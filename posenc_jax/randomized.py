@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_np._validate import check_finite, check_float_dtype
+from posenc_np.backend import check_finite, check_float_dtype
 from posenc_np.randomized import check_noise_axes, check_randomized_args, check_seed
 
 from ._common import is_tracing

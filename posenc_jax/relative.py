@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_np._modules import RelativeConfig
+from posenc_np.backend import RelativeConfig
 from posenc_np.relative import check_relative_args
 
 from ._common import position_pair

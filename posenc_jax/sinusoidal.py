@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc_np._modules import SinusoidalConfig
+from posenc_np.backend import SinusoidalConfig
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
 
 from ._common import is_tracing, resolve_dtype, spec_constant

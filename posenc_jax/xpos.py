@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import check_float_dtype
 from posenc_np.xpos import check_xpos_args, xpos_zeta
 
 from ._common import resolve_dtype, spec_constant

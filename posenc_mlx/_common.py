@@ -22,8 +22,14 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from posenc_np._dtypes import dtype_name
-from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer
+from posenc_np.backend import (
+    check_integer_positions,
+    check_position_axes,
+    check_position_pair,
+    check_traced_integer,
+    dtype_name,
+    spec_value,
+)
 
 __all__ = ["resolve_dtype", "as_tensor", "is_tracing", "spec_value", "spec_constant", "position_pair", "bind_config",
            "is_floating", "is_integer", "integer_values", "F64", "TRACE"]
@@ -81,18 +87,6 @@ def is_tracing(x) -> bool:
     return False
 
 
-_VALUES: dict = {}
-
-
-def spec_value(key, make):
-    """`make()` (NumPy arrays or Python values computed by the spec from parameters), once per `key`.
-
-    `make` must close over Python values only (no arrays of a trace); `key` must name every
-    parameter it reads.
-    """
-    if key not in _VALUES:
-        _VALUES[key] = make()
-    return _VALUES[key]
 
 
 _CONSTANTS: dict = {}

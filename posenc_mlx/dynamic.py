@@ -5,8 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from posenc_np._modules import DynamicConfig
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import DynamicConfig, check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
 
 from ._common import as_tensor, bind_config, is_floating

@@ -6,8 +6,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from posenc_np._modules import LearnedConfig
-from posenc_np._validate import (
+from posenc_np.backend import (
+    LearnedConfig,
     check_integer_positions,
     check_positions_in_table,
     check_positive_int,

@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 
 from posenc_np import packing as spec
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import check_float_dtype
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 
 from ._common import TRACE, as_tensor, is_floating, is_integer, is_tracing, spec_constant

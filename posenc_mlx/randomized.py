@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from posenc_np._validate import check_finite, check_float_dtype
+from posenc_np.backend import check_finite, check_float_dtype
 from posenc_np.randomized import check_noise_axes, check_randomized_args, check_seed
 
 from ._common import as_tensor, is_floating, is_tracing

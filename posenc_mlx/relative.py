@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from posenc_np._modules import RelativeConfig
+from posenc_np.backend import RelativeConfig
 from posenc_np.relative import check_relative_args
 
 from ._common import as_tensor, bind_config, position_pair

@@ -6,7 +6,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from posenc_np._modules import SinusoidalConfig
+from posenc_np.backend import SinusoidalConfig
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
 
 from ._common import as_tensor, bind_config, is_integer, is_tracing, resolve_dtype, spec_constant

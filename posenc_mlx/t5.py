@@ -5,8 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from posenc_np._modules import T5BiasConfig
-from posenc_np._validate import check_table
+from posenc_np.backend import T5BiasConfig, check_table
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
 from ._common import as_tensor, bind_config, integer_values, is_floating, position_pair, spec_constant

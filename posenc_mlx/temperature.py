@@ -9,7 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from posenc_np._validate import check_nonnegative_positions
+from posenc_np.backend import check_nonnegative_positions
 from posenc_np.temperature import check_llama_4_scaling_args, check_temperature_args
 
 from ._common import as_tensor, is_integer, is_tracing

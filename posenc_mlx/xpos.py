@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import check_float_dtype
 from posenc_np.xpos import check_xpos_args, xpos_zeta
 
 from ._common import as_tensor, is_floating, is_integer, resolve_dtype, spec_constant

@@ -13,6 +13,10 @@ FLOAT_DTYPES = ("float64", "float32", "bfloat16", "float16")
 #: dtypes every backend supports for outputs; the suite's matrix axis.
 BACKEND_DTYPES = ("float32", "bfloat16", "float16")
 
+#: Unit roundoff (half an ulp at 1, relative) of round-to-nearest in each dtype: the one table the
+#: tolerances, the precision classes and the diagnoses use.
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
 _NUMPY = {
     "float64": np.dtype(np.float64),
     "float32": np.dtype(np.float32),

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._dtypes import dtype_name
+from ._dtypes import UNIT_ROUNDOFF, dtype_name
 from .rope import rope_plan
 
 __all__ = ["Tolerance", "tolerance", "compare", "Comparison", "EPS32", "ROPE_ANGLE_GOAL", "attention_tolerance",
@@ -43,7 +43,7 @@ EPS32 = 2.0**-23
 #: The angle precision every RoPE path promises at any position (radians): angles reduced modulo a turn in
 #: float64 (torch, TF, ONNX caches from the spec) or double-float32 arithmetic (JAX without x64).
 ROPE_ANGLE_GOAL = 1e-6
-_FINAL = {"float64": 0.0, "float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+_FINAL = {"float64": 0.0, "float32": 0.0, "float16": UNIT_ROUNDOFF["float16"], "bfloat16": UNIT_ROUNDOFF["bfloat16"]}
 
 
 @dataclass(frozen=True)

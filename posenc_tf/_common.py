@@ -20,8 +20,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from posenc_np._dtypes import dtype_name  # noqa: E402
-from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer  # noqa: E402
+from posenc_np.backend import (  # noqa: E402
+    check_integer_positions,
+    check_position_axes,
+    check_position_pair,
+    check_traced_integer,
+    dtype_name,  # noqa: E402
+    spec_value,
+)
 
 if keras.backend.backend() != "tensorflow":  # the layers call TensorFlow ops directly
     raise ImportError(f"posenc_tf needs KERAS_BACKEND=tensorflow, keras is using {keras.backend.backend()!r}")
@@ -56,17 +62,6 @@ def register_serializable(cls):
 
 TRACE = "inside tf.function"  # where values cannot be read, in the messages of `_validate.check_traced_integer`
 
-_VALUES: dict = {}
-
-
-def spec_value(key, make):
-    """`make()` (NumPy arrays or Python values computed by the spec from parameters), once per `key`.
-
-    `make` must close over Python values only (no tensors); `key` must name every parameter it reads.
-    """
-    if key not in _VALUES:
-        _VALUES[key] = make()
-    return _VALUES[key]
 
 
 _CONSTANTS: dict = {}

@@ -5,8 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._modules import CoPEConfig
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import CoPEConfig, check_float_dtype
 from posenc_np.cope import check_cope_shapes
 
 from ._common import as_tensor, register_serializable

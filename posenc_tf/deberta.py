@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from posenc_np._validate import check_integer_positions, check_traced_integer
+from posenc_np.backend import check_integer_positions, check_traced_integer
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
 from ._common import TRACE, as_tensor, is_tracing, position_pair

@@ -5,8 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._modules import DynamicConfig
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import DynamicConfig, check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
 
 from ._common import as_tensor, register_serializable

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._modules import FIREConfig
+from posenc_np.backend import FIREConfig
 from posenc_np.fire import check_fire_eps, check_fire_params
 
 from ._common import as_tensor, bias_output_shape, position_pair, register_serializable

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._modules import KERPLEConfig
+from posenc_np.backend import KERPLEConfig
 from posenc_np.kerple import check_kerple_params, check_sandwich_args, sandwich_head_scale, sandwich_inv_freq
 
 from ._common import as_tensor, bias_output_shape, position_pair, register_serializable, resolve_dtype, spec_constant

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from posenc_np._validate import check_finite, check_float_dtype
+from posenc_np.backend import check_finite, check_float_dtype
 from posenc_np.randomized import check_noise_axes, check_randomized_args, check_seed
 
 from ._common import as_tensor, is_tracing

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._modules import RelativeConfig
+from posenc_np.backend import RelativeConfig
 from posenc_np.relative import check_relative_args
 
 from ._common import bias_output_shape, position_pair, register_serializable

@@ -21,16 +21,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from posenc_np._freeze import freeze as _freeze
-from posenc_np._freeze import thaw as _thaw
-from posenc_np._modules import RotaryConfig
-from posenc_np._validate import check_float_dtype, check_heads_divide, check_integer_dtype, check_rope_input
+from posenc_np.backend import RotaryConfig, check_float_dtype, check_heads_divide, check_integer_dtype, check_rope_input
+from posenc_np.backend import cached_plan as _spec_plan
+from posenc_np.backend import freeze as _freeze
+from posenc_np.backend import mrope_key as _mrope
+from posenc_np.backend import thaw as _thaw
 from posenc_np.mrope import check_mrope_positions
-from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, rope_plan, scaling_from_hf_config
+from posenc_np.rope import check_rope_shapes, resolve_rotary_dim, scaling_from_hf_config
 from posenc_np.rope import rope_cos_sin as spec_rope_cos_sin
 from posenc_np.rope import rope_permutation as spec_rope_permutation
 
-from ._common import as_tensor, register_serializable, resolve_dtype, spec_constant, spec_value
+from ._common import as_tensor, register_serializable, resolve_dtype, spec_constant
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation", "permute_qk_rows",
            "scaling_from_hf_config", "RotaryEmbedding"]
@@ -39,26 +40,6 @@ __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "rope_permutation",
 # _spec_plan, _plan, _check_positions, _turns, _half_cos_sin, _spec_table, _gather_or_compute, _rotate, _expand.
 
 _TABLE_ROWS = 4096  # rows of the shared spec cos/sin table (positions 0..4095); beyond it: computed
-
-
-def _mrope(mrope_section=None, mrope_interleaved=False,
-                 mrope_frequencies="shared", mrope_axes=None):
-    """The multi-axis keywords as one hashable key (None for 1-D RoPE); the spec's `rope_plan` validates them."""
-    if mrope_section is None and not mrope_interleaved and mrope_frequencies == "shared" and mrope_axes is None:
-        return None
-    if mrope_axes is not None and hasattr(mrope_axes, "tolist"):  # a NumPy table: plain ints, hashable
-        mrope_axes = mrope_axes.tolist()
-    return (_freeze(mrope_section), mrope_interleaved, mrope_frequencies, _freeze(mrope_axes))
-
-
-def _spec_plan(rotary_dim, base, scaling, layout, mrope=None):
-    """The spec's `RopePlan` (validates the parameters), computed once per parameters."""
-    frozen = _freeze(scaling)
-    extra = {} if mrope is None else dict(mrope_section=_thaw(mrope[0]), mrope_interleaved=mrope[1],
-                                          mrope_frequencies=mrope[2],
-                                          mrope_axes=_thaw(mrope[3]))
-    return spec_value(("rope_plan", rotary_dim, float(base), frozen, layout, mrope),
-                      lambda: rope_plan(rotary_dim, base=base, scaling=_thaw(frozen), layout=layout, **extra))
 
 
 def _plan(rotary_dim, base, scaling, layout, mrope=None):

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from posenc_np._modules import SinusoidalConfig
+from posenc_np.backend import SinusoidalConfig
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
 
 from ._common import as_tensor, is_tracing, register_serializable, resolve_dtype, spec_constant

@@ -5,8 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from posenc_np._modules import T5BiasConfig
-from posenc_np._validate import check_integer_positions, check_table, check_traced_integer
+from posenc_np.backend import T5BiasConfig, check_integer_positions, check_table, check_traced_integer
 from posenc_np.t5 import check_t5_args, t5_bucket_thresholds
 
 from ._common import (

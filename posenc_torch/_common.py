@@ -16,8 +16,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from posenc_np._dtypes import dtype_name
-from posenc_np._validate import check_integer_positions, check_position_axes, check_position_pair, check_traced_integer
+from posenc_np.backend import (
+    check_integer_positions,
+    check_position_axes,
+    check_position_pair,
+    check_traced_integer,
+    dtype_name,
+)
+from posenc_np.backend import spec_value as _spec_value
 
 __all__ = ["resolve_dtype", "as_tensor", "is_tracing", "spec_value", "spec_constant", "position_pair"]
 
@@ -50,7 +56,6 @@ def is_tracing(x=None) -> bool:
 
 TRACE = "under torch.compile"  # where values cannot be read, in the messages of `_validate.check_traced_integer`
 
-_VALUES: dict = {}
 
 
 @torch.compiler.assume_constant_result
@@ -62,16 +67,12 @@ def spec_value(key, make):
     every parameter `make` reads. Under torch.compile Dynamo runs it at trace time and bakes the result
     in, so the spec's NumPy code is never traced; a result read by traced code must be Python values.
     """
-    if key not in _VALUES:
-        _VALUES[key] = make()
-    return _VALUES[key]
+    return _spec_value(key, make)
 
 
 def _spec_array(key, make):
     """`spec_value` outside Dynamo's view (called only by `_constant_name`, which runs at trace time)."""
-    if key not in _VALUES:
-        _VALUES[key] = make()
-    return _VALUES[key]
+    return _spec_value(key, make)
 
 
 class _Constants:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._modules import DynamicConfig
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import DynamicConfig, check_float_dtype
 from posenc_np.dynamic import check_dynamic_args
 
 from ._common import as_tensor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._modules import FIREConfig
+from posenc_np.backend import FIREConfig
 from posenc_np.fire import check_fire_eps, check_fire_params
 
 from ._common import position_pair

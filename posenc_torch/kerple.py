@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._modules import KERPLEConfig
+from posenc_np.backend import KERPLEConfig
 from posenc_np.kerple import check_kerple_params, check_sandwich_args, sandwich_head_scale, sandwich_inv_freq
 
 from ._common import position_pair, resolve_dtype, spec_constant

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from posenc_np._modules import LearnedConfig
-from posenc_np._validate import (
+from posenc_np.backend import (
+    LearnedConfig,
     check_integer_positions,
     check_positions_in_table,
     check_positive_int,

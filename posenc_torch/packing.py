@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from posenc_np import packing as spec
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import check_float_dtype
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 
 from ._common import TRACE, as_tensor, is_tracing, spec_constant

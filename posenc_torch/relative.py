@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._modules import RelativeConfig
+from posenc_np.backend import RelativeConfig
 from posenc_np.relative import check_relative_args
 
 from ._common import position_pair

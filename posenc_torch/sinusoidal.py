@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._modules import SinusoidalConfig
+from posenc_np.backend import SinusoidalConfig
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
 
 from ._common import as_tensor, is_tracing, resolve_dtype, spec_constant

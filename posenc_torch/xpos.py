@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np._validate import check_float_dtype
+from posenc_np.backend import check_float_dtype
 from posenc_np.xpos import check_xpos_args
 
 from ._common import as_tensor, is_tracing, resolve_dtype

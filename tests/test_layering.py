@@ -312,7 +312,7 @@ def private_imports(package: str = "posenc") -> list[str]:
 def test_no_private_name_is_imported_across_modules_of_the_application():
     """Inside `posenc/`, what another module uses is public (no underscore). The spec's private modules
     `posenc_np._dtypes`, `_validate`, `_modules` (the interface the backends and the application share,
-    docs/architecture.md) may be imported; a private name from any module may not."""
+    docs/architecture.md) are reached through `posenc_np.backend`; a private name from any module may not."""
     found = private_imports("posenc")
     assert not found, "private names imported across modules (make them public):\n" + "\n".join(found)
 
@@ -379,3 +379,36 @@ def test_the_framework_check_catches_a_planted_import(tmp_path, monkeypatch):
     found, unused = framework_violations({"torch", "jax"}, ["posenc/train/", "posenc/io.py"])
     assert found == ["posenc/plot.py:2: imports torch.nn", "posenc/plot.py:3: imports jax"]
     assert unused == ["posenc/io.py"]
+
+
+# ---------------------------------------------------------------- the spec's interface to its backends
+
+def spec_private_imports(package: str) -> list[str]:
+    """Imports of a private module of `posenc_np` (`posenc_np._validate`, ...) by a module of `package`."""
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for line, name in imports(path):
+            parts = name.split(".")
+            if parts[0] == "posenc_np" and len(parts) > 1 and parts[1].startswith("_"):
+                found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("package", [*FRAMEWORKS, "posenc"])
+def test_backends_and_the_application_reach_the_spec_through_its_public_interface(package):
+    """What a backend takes from the spec besides its functions is named in one module, `posenc_np.backend`
+    (docs/architecture.md, "The spec's backend interface"); a private module of the spec is the spec's own."""
+    if not (ROOT / package).is_dir():
+        pytest.skip(f"{package} is not in this checkout")
+    found = spec_private_imports(package)
+    assert not found, "private modules of posenc_np imported (use posenc_np.backend):\n" + "\n".join(found)
+
+
+def test_the_spec_interface_check_catches_a_planted_import(tmp_path, monkeypatch):
+    package = tmp_path / "posenc_torch"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "rope.py").write_text("from posenc_np.backend import check_table\n"
+                                     "def f():\n    from posenc_np._validate import check_finite\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert spec_private_imports("posenc_torch") == ["posenc_torch/rope.py:3: posenc_np._validate"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.learned import resize_weights
 from posenc_np.sinusoidal import sinusoid_inv_freq

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
 from posenc_np.alibi import alibi_bias
 from posenc_np.attention import causal_mask
+from posenc_np.backend import numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.relative import relative_embeddings
 from posenc_np.t5 import t5_bias

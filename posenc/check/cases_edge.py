@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 
 from ..impl.implementation import TABLE_ROWS

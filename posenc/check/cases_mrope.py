@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_interleaved_axes, mrope_position_ids
 from posenc_np.rope import ernie_mrope_axes, resolve_rotary_dim, rope_plan

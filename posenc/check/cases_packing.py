@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
 from posenc_np.alibi import alibi_bias
 from posenc_np.attention import attention_tolerance
+from posenc_np.backend import numpy_dtype
 from posenc_np.packing import CP_STRATEGIES, positions_from_cu_seqlens
 from posenc_np.rope import rope_plan
 from posenc_np.testing import tolerance

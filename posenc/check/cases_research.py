@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 from posenc_np.fire import fire_bias
 from posenc_np.kerple import sandwich_head_scale
 from posenc_np.sinusoidal import sinusoidal

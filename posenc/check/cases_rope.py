@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance

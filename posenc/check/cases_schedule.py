@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 from posenc_np.mla import mla_softmax_scale
 from posenc_np.rope import rope_plan
 from posenc_np.schedule import rope_schedule_from_hf_config

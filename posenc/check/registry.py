@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from posenc_np._dtypes import BACKEND_DTYPES
+from posenc_np.backend import BACKEND_DTYPES
 from posenc_np.conventions import FAMILY_OF_ENCODING
 from posenc_np.testing import Tolerance
 

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 
 from ..errors import UsageError
 

@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 
 from ..errors import UsageError
 from .base import Reader, checked, drop_pages

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from posenc_np._dtypes import numpy_dtype
+from posenc_np.backend import numpy_dtype
 
 __all__ = ["OUTTYPES", "QUANTIZED", "FILE_TYPE", "ACTIVATION_TYPE", "TensorError", "tensor_type", "quantize",
            "dequantize", "rounded", "error_bound", "quantization_error", "expected_logit_error", "outtype_of"]

@@ -224,7 +224,7 @@ def _angles_in_dtype(actual, desired, tol, *, encoding, args, kwargs, dtype) -> 
     `scale (4 u t_max + 2 u)` of the spec (position, frequency and product each rounded, then the result),
     judged only while that angle allowance `4 u t_max` stays under 1 rad (past it any bounded output would
     match)."""
-    from posenc_np._dtypes import dtype_name
+    from posenc_np.backend import dtype_name
 
     from .precision import UNIT_ROUNDOFF, max_angle
 

@@ -97,7 +97,7 @@ class Implementation:
                  layouts=None, dtypes=None, angles: str = "float64", max_positions: int | None = None,
                  description: str = "", inplace: bool = False, table_grads: bool = True,
                  differentiable: bool = True, refusals: tuple = ()):
-        from posenc_np._dtypes import BACKEND_DTYPES
+        from posenc_np.backend import BACKEND_DTYPES
 
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name={name!r} must be a non-empty string")

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from posenc_np._dtypes import is_float
+from posenc_np.backend import is_float
 from posenc_np.testing import Tolerance, compare
 
 from .diagnosis import diagnose

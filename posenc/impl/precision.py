@@ -13,14 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posenc_np._dtypes import dtype_name
+from posenc_np.backend import UNIT_ROUNDOFF, dtype_name
 from posenc_np.testing import EPS32, ROPE_ANGLE_GOAL, Tolerance
 
 __all__ = ["Rotation", "spec_rotation", "class_tolerance", "class_angle_error", "rounding_bound", "max_angle",
            "AngleError", "angle_error", "UNIT_ROUNDOFF", "ANGLE_PAIR_FLOOR"]
 
-#: Unit roundoff (half an ulp at 1, relative) of round-to-nearest in each dtype.
-UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 #: Pairs whose spec norm is below this fraction of the largest are left out of the angle error: their
 #: angle is rounding noise in half precision.
 ANGLE_PAIR_FLOOR = 0.1

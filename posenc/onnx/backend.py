@@ -29,8 +29,7 @@ import hashlib
 
 import numpy as np
 
-from posenc_np._dtypes import dtype_name
-from posenc_np._freeze import freeze
+from posenc_np.backend import dtype_name, freeze
 from posenc_np.rope import resolve_rotary_dim
 
 from . import graphs

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc_np._dtypes import dtype_name
 from posenc_np.alibi import alibi_slopes, check_alibi_args
+from posenc_np.backend import dtype_name
 from posenc_np.relative import check_relative_args
 from posenc_np.rope import resolve_rotary_dim, rope_cos_sin, rope_plan
 from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq, sinusoidal
@@ -457,6 +457,6 @@ def run_model(model, feeds: dict, *, optimize: bool = False):
 
 
 def _positive(name, value):
-    from posenc_np._validate import check_positive_int
+    from posenc_np.backend import check_positive_int
 
     return check_positive_int(name, value)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from posenc_np._dtypes import dtype_name, numpy_dtype
+from posenc_np.backend import dtype_name, numpy_dtype
 from posenc_np.conventions import conventions
 from posenc_np.mrope import mrope_axis_of_pair
 from posenc_np.rope import permute_qk_rows, rope_permutation

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posenc_np._validate import check_integer_positions
+from posenc_np.backend import check_integer_positions
 from posenc_np.rope import resolve_rotary_dim, rope_plan
 from posenc_np.scaling import resolve_scaling
 
