@@ -61,6 +61,8 @@ FRAMEWORK_CODE = {
     "posenc/formats/msgpack.py": "Flax checkpoints are flax.serialization msgpack",
     "posenc/onnx/graphs.py": "builds ONNX graphs (onnx.helper) and runs them on ONNX Runtime",
     "posenc/impl/builtin/": "third-party implementations `posenc check --impl` runs in their own framework",
+    "posenc/impl/training_torch.py": "autograd probes of torch kernels: version counters, in-place writes, "
+                                     "torch.autograd.grad through autograd.Function kernels",
     "posenc/port/presets/bert.py": "builds the Keras BERT embeddings model whose load_weights proves the "
                                    ".weights.h5 layout a port writes",
     "posenc/port/presets/gguf_runtime.py": "runs transformers' torch model on a GGUF's weights to verify a port",
@@ -188,6 +190,12 @@ class Adapter:
         under tf.function, jax.vjp under jax.jit); the cotangent is cast to the output's dtype.
         """
         raise NotImplementedError
+
+    def grad(self, fn, primal, cotangent):
+        """`vjp` as a training step computes it, eagerly: torch through `torch.autograd.grad` (so
+        `torch.autograd.Function` kernels work, which `torch.func.vjp` refuses); the others through `vjp`.
+        The cotangent is used as given (its strides, its dtype), never copied or cast."""
+        return self.vjp(fn, primal, cotangent)
 
     def jit_errors(self, *errors) -> tuple:
         """The exception classes a jit-compiled call raises for `errors` raised while it is traced."""
@@ -381,6 +389,16 @@ class TorchAdapter(Adapter):
 
         out, pullback = torch.func.vjp(fn, primal)
         return pullback(cotangent.to(out.dtype))[0]
+
+    def grad(self, fn, primal, cotangent):
+        import torch
+
+        leaf = primal.detach().requires_grad_(True)
+        out = fn(leaf)
+        (grad,) = torch.autograd.grad(out, leaf, cotangent, allow_unused=True)
+        if grad is None:
+            raise NotSupported("the function's output does not depend on its input through autograd")
+        return grad
 
     def jit_errors(self, *errors):
         import torch

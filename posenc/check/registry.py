@@ -33,7 +33,7 @@ JIT_DTYPES = ("float32",)
 
 #: Modules that register cases, in report order.
 CASE_MODULES = ("cases_absolute", "cases_rope", "cases_mrope", "cases_bias", "cases_grad", "cases_packing",
-                "cases_research", "cases_schedule", "cases_edge")
+                "cases_research", "cases_schedule", "cases_edge", "cases_training")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,9 @@ class Case:
         modes: the modes this case runs in (jit costs a compile per case, dtype and backend).
         out_dtype: `(dtype) -> dtype name` every output array of a backend must have (eager), or None
             when the case does not pin it; tests/backends/test_conformance.py checks it.
+        training: the training-time probe an implementation runs for this case (`"backward"`, `"aliasing"`,
+            `"table-grad"`; posenc.check.run_training), None for a forward comparison; `cotangent_form` the
+            memory form its cotangent is given in (`cases_training.COTANGENT_FORMS`).
         refusals: the exception types that are a correct refusal of these inputs (as PyTorch OpInfo's
             `ErrorInput` pins an error type), for a backend or implementation that declares a table
             (`Adapter.may_refuse`, `Implementation.may_refuse`): positions past it. Any other exception,
@@ -75,6 +78,8 @@ class Case:
     out_dtype: Callable[[str], str] | None = None
     jit_dtypes: tuple | None = None
     refusals: tuple = ()
+    training: str | None = None
+    cotangent_form: str = "dense"
 
     def refused(self, error: BaseException, *, may_refuse: bool) -> bool:
         """Whether raising `error` is a correct refusal of this case by a runner that `may_refuse`."""

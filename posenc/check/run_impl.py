@@ -13,6 +13,7 @@ from ..impl.judge import judge, outputs_for
 from .inputs import expected_for
 from .profile import error_by_position
 from .record import UNVERSIONED, Record, impl_plan, one_line
+from .run_training import run_training, training_refusal
 
 __all__ = ["run_implementations", "REFERENCE_HELPERS"]
 
@@ -51,8 +52,10 @@ def _compare(case, want, impl, dtype) -> Record:
         return Record.for_case(case, impl.name, dtype, "eager", impl=impl.version or UNVERSIONED, **fields)
 
     if case.case_set == "grad":
-        return record(status="skip", message="gradient cases differentiate through posenc's own adapters (vjp), "
-                                             "not an implementation")
+        return record(status="skip", message="table gradients of posenc's trainable encodings run on posenc's "
+                                             "backends; implementations run the training cases (cases_training)")
+    if case.training:
+        return _training(case, want, impl, dtype, record)
     positions = () if case.refusals else want.args  # the declared refusals are what those cases check
     reason = (impl.refusal(None if case.fn else case.encoding, want.kwargs, dtype, positions)
               or adapter(impl.framework).device_refusal(current_device()))
@@ -78,6 +81,22 @@ def _compare(case, want, impl, dtype) -> Record:
                               f"{one_line(error)}"[:400])
     return record(seconds=seconds, error_by_position=error_by_position(case, want.args, outputs, want.desired64),
                   **fields)
+
+
+def _training(case, want, impl, dtype, record) -> Record:
+    reason = training_refusal(case, impl) or impl.refusal("apply_rope" if impl.kernel is None else None,
+                                                          {k: v for k, v in want.kwargs.items() if k != "rotary_dim"},
+                                                          dtype)
+    if reason:
+        return record(status="skip", message=reason)
+    started = time.perf_counter()
+    try:
+        fields = run_training(case, want, impl, dtype)
+    except NotSupported as error:
+        return record(status="skip", message=f"not supported: {error}")
+    except Exception as error:  # noqa: BLE001 - a kernel that raises in its backward is that record's error
+        return record(status="error", seconds=time.perf_counter() - started, message=one_line(error))
+    return record(seconds=time.perf_counter() - started, **fields)
 
 
 class _Absent(AttributeError):

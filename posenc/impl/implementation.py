@@ -135,6 +135,9 @@ class Implementation:
         if not all(isinstance(r, type) and issubclass(r, BaseException) for r in refusals):
             raise TypeError(f"refusals={refusals!r} must be exception types")
         self.refusals = refusals
+        #: a kernel with transformers' signature, `(fn, layout)` (`from_rotary_kernel`): the training probes
+        #: call it directly with tensors that require grad, tables included
+        self.kernel = None
 
     def __repr__(self):
         return (f"Implementation({self.name!r}, {self.framework!r}, [{', '.join(self.functions)}], "
@@ -207,7 +210,7 @@ class Implementation:
     @classmethod
     def from_rotary_kernel(cls, fn: Callable, name: str, *, framework: str = "torch", layout: str = "half",
                            version=None, dtypes=None, max_positions: int | None = None,
-                           kv_heads: int | None = None) -> Implementation:
+                           kv_heads: int | None = None, **declarations) -> Implementation:
         """An `Implementation` of `apply_rope` from a kernel `fn(q, k, cos, sin, unsqueeze_dim=1) -> (q, k)`.
 
         The signature of transformers' `apply_rotary_pos_emb` (models/llama/modeling_llama.py), the one
@@ -235,6 +238,8 @@ class Implementation:
                 sees tables of the case's own positions, so this is for a kernel that wraps its own cache).
             kv_heads: grouped-query attention: `k` holds only the last `kv_heads` heads of `x` (the cases
                 have 2 heads, so 1 checks a single key head, where Liger once left k unrotated).
+            declarations: `inplace`, `table_grads`, `differentiable`, `refusals`, as `Implementation`. The
+                kernel itself is kept (`kernel`): the training probes call it with tensors that require grad.
         """
         from .rotary_kernel import rotary_kernel_apply_rope
 
@@ -245,9 +250,12 @@ class Implementation:
         if kv_heads is not None and (isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1):
             raise ValueError(f"kv_heads={kv_heads!r} must be a positive int or None")
         apply = rotary_kernel_apply_rope(fn, framework=framework, layout=layout, kv_heads=kv_heads)
-        return cls(name, framework, {"apply_rope": apply}, version=version, layouts=(layout,), dtypes=dtypes,
+        impl = cls(name, framework, {"apply_rope": apply}, version=version, layouts=(layout,), dtypes=dtypes,
                    angles="table", max_positions=max_positions,
-                   description=f"rotary kernel {getattr(fn, '__qualname__', fn)!s} (transformers' signature)")
+                   description=f"rotary kernel {getattr(fn, '__qualname__', fn)!s} (transformers' signature)",
+                   **declarations)
+        impl.kernel = (fn, layout)
+        return impl
 
 
 #: Contract functions whose `layout` keyword is a RoPE layout (the declared `layouts` apply to them).

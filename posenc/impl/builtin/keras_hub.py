@@ -128,6 +128,8 @@ def load() -> Implementation:
     return Implementation("keras-hub", framework(),
                           {"apply_rope": apply_rope, "sinusoidal": sinusoidal, "alibi_bias": alibi_bias},
                           version=keras_hub.__version__, layouts=("half",), angles="float32",
+                          # the layers' outputs come back through NumPy here: the forward is judged, not training
+                          differentiable=False,
                           description="RotaryEmbedding, SinePositionEncoding, AlibiBias layers")
 
 

@@ -77,4 +77,6 @@ EXPECTED = {
     'liger-kernel hf-llama/broadcast': 'unrotated',
     'liger-kernel gpt-neox/broadcast': 'unrotated',
     'liger-kernel edge/decode-past-table': 'unrotated',
+    'liger-kernel training/aliasing': 'upstream-gradient-corrupted',
+    'liger-kernel training/table-grad': 'no-gradient',
 }

@@ -216,16 +216,22 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional=True, num_buckets=
 
 def load() -> tuple[Implementation, Implementation]:
     torch, transformers = _torch()
-    return (Implementation("transformers", "torch",
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    main = Implementation("transformers", "torch",
                            {"apply_rope": apply_rope, "alibi_bias": alibi_bias, "t5_bucket": t5_bucket,
                             "t5_bias": t5_bias},
                            version=transformers.__version__, angles="float32",
                            description="rotary classes + apply_rotary_pos_emb (llama, gpt-neox, cohere, qwen2-vl, "
-                                       "qwen3-vl), BLOOM build_alibi_tensor, T5 buckets and compute_bias"),
-            Implementation("transformers-gptj", "torch", {"apply_rope": gptj_apply_rope},
-                           version=transformers.__version__, layouts=("interleaved",), angles="float32",
-                           max_positions=GPTJ_TABLE_ROWS,
-                           description="GPT-J's sin/cos table (n_positions rows) + rotate_every_two"))
+                                       "qwen3-vl), BLOOM build_alibi_tensor, T5 buckets and compute_bias")
+    # a training step runs the modeling file's apply_rotary_pos_emb on the rotary class's tables: the training
+    # probes call it with tensors that require grad
+    main.kernel = (apply_rotary_pos_emb, "half")
+    # GPT-J's forward is judged through NumPy tables here; its training path is not probed
+    return (main, Implementation("transformers-gptj", "torch", {"apply_rope": gptj_apply_rope},
+                                 version=transformers.__version__, layouts=("interleaved",), angles="float32",
+                                 max_positions=GPTJ_TABLE_ROWS, differentiable=False,
+                                 description="GPT-J's sin/cos table (n_positions rows) + rotate_every_two"))
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
