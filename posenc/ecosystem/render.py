@@ -59,7 +59,7 @@ def render_markdown(report: dict) -> str:
         if not e.get("installed") or e.get("run_error"):
             missing.append(e)
             continue
-        cells = " | ".join(_cell_text(e["cells"][c["key"]]) for c in cols)
+        cells = " | ".join(_cell_text(_cell_of(e, c["key"])) for c in cols)
         lines.append(f"| {e['name']} | {e['version']} | {e['angles']} | {cells} | {_worst_text(e['worst_angle'])} |")
         host = e.get("host", report["host"])
         if e.get("generated", report["generated"])[:10] != date or host != report["host"]:
@@ -126,7 +126,7 @@ def render_scoreboard(report: dict) -> str:
     for e in report["implementations"]:
         if not e.get("installed") or e.get("run_error"):
             continue
-        cells = "".join(_cell_html(e["cells"][c["key"]]) for c in cols)
+        cells = "".join(_cell_html(_cell_of(e, c["key"])) for c in cols)
         rows.append(f"<tr><th>{html.escape(e['name'])}</th><td>{html.escape(str(e['version']))}</td>"
                     f"<td>{html.escape(e.get('generated', report['generated'])[:10])}</td>"
                     f"<td>{html.escape(e['angles'])}</td>{cells}<td>{html.escape(_worst_text(e['worst_angle']))}</td>"
@@ -155,3 +155,11 @@ def _one_per_builtin(entries):
     for e in entries:
         seen.setdefault(e["builtin"], e)
     return list(seen.values())
+
+
+#: a column a row has no cell for (a row run elsewhere before the column existed)
+_NOT_RUN = {"pass": 0, "fail": 0, "skip": 0, "error": 0, "diagnoses": {}, "skip_reason": "not run for this row"}
+
+
+def _cell_of(entry, key):
+    return entry["cells"].get(key, _NOT_RUN)

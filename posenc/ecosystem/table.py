@@ -31,7 +31,12 @@ COLUMNS = (
     ("bf16", "bf16", "every non-edge case in bfloat16"),
     ("fp16", "fp16", "every non-edge case in float16"),
     ("edge", "edge cases", "past the table, negative positions, tensor offsets past the table, non-contiguous "
-                           "inputs, rows at different offsets (every dtype; raising is correct)"),
+                           "inputs, rows at different offsets (every dtype; a declared refusal is correct)"),
+    ("backward", "backward", "the gradient against the spec's transposed rotation: random cotangents, dense, "
+                             "zero-stride, [b,s,h,d] and non-contiguous; offsets; partial rotary (float32)"),
+    ("aliasing", "aliasing", "inputs unchanged by the forward, the cotangent by the backward, the upstream "
+                             "gradient through tanh -> kernel (float32)"),
+    ("table-grad", "table gradients", "d/dcos, d/dsin of the tables a kernel is fed (float32)"),
 )
 _MROPE_PREFIXES = ("mrope-", "per-axis-")
 _MROPE_CONVENTIONS = ("qwen2-vl", "qwen3-vl", "qwen2-vl-vision", "pixtral", "flux")
@@ -51,6 +56,8 @@ def findings() -> list[dict]:
 def column_of(record: dict) -> str:
     """The column key of a JSON record (`COLUMNS`: the first rule that matches)."""
     convention, case, dtype = record["convention"], record["case"], record["dtype"]
+    if convention == "training":
+        return "backward" if case.startswith("backward") else case
     if convention == "edge":
         return "edge"
     if dtype == "bfloat16":
@@ -158,9 +165,12 @@ def _now() -> str:
 
 
 def merge(old: dict, new: dict) -> dict:
-    """`old` with the rows of the built-ins `new` ran replaced by `new`'s (in `BUILTINS` order)."""
-    ran = {e["builtin"] for e in new["implementations"]}
-    entries = [e for e in old["implementations"] if e["builtin"] not in ran] + new["implementations"]
+    """`old` with the rows of the built-ins `new` ran replaced by `new`'s (in `BUILTINS` order); a built-in
+    not installed where `new` ran keeps the row it has in `old` (run in an environment of its own)."""
+    kept = {e["builtin"] for e in old["implementations"] if e.get("installed")}
+    fresh = [e for e in new["implementations"] if e.get("installed") or e["builtin"] not in kept]
+    ran = {e["builtin"] for e in fresh}
+    entries = [e for e in old["implementations"] if e["builtin"] not in ran] + fresh
     order = {name: n for n, name in enumerate(BUILTINS)}
     entries.sort(key=lambda e: order.get(e["builtin"], len(order)))
     return {**old, "generated": new["generated"], "implementations": entries, "findings": new["findings"],

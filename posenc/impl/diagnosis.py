@@ -23,7 +23,10 @@ __all__ = ["Diagnosis", "diagnose", "DIAGNOSES"]
 #: table read rows modulo its length, as Python / torch indexing does for negative indices).
 DIAGNOSES = ("layout", "offset", "base", "scaling-ignored", "attention-factor", "angle-precision",
              "partial-vs-proportional", "mrope-axes", "mrope-layout", "unrotated", "direction", "non-finite",
-             "wrapped", "unknown")
+             "wrapped", "unknown",
+             # the training cases' (posenc.impl.training): a backward's and the aliasing and table probes'
+             "pass-through", "cotangent-layout", "in-place-unversioned", "in-place-undeclared", "cotangent-mutated",
+             "upstream-gradient-corrupted", "no-gradient")
 #: Bases tried for `base` besides the case's own: the common defaults.
 OTHER_BASES = (10000.0, 500000.0, 1000000.0, 100000.0)
 #: The float32 angle bound times this still counts as `angle-precision` (an iterative or exp/log angle

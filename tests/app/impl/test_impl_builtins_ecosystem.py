@@ -91,3 +91,16 @@ def test_one_command_writes_the_json_and_the_page(tmp_path):
     assert (tmp_path / "again.md").read_text() == out_md.read_text() and out_json.read_text() == before
     # nothing else written: the scoreboard goes beside the page it was asked for
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again.md", "eco.json", "eco.md", "scoreboard.md"]
+
+
+def test_merge_keeps_a_row_run_elsewhere_when_its_library_is_missing_here():
+    old = _report([{"builtin": "vllm", "name": "vllm", "installed": True, "v": 1}])
+    new = _report([{"builtin": "vllm", "name": "vllm", "installed": False},
+                   {"builtin": "mlx", "name": "mlx", "installed": True, "v": 2}])
+    merged = ecosystem.merge(old, new)
+    assert [(e["name"], e.get("v")) for e in merged["implementations"]] == [("mlx", 2), ("vllm", 1)]
+
+
+def test_training_records_have_their_columns():
+    assert [ecosystem.column_of(record("training", c)) for c in ("backward-bshd", "aliasing", "table-grad")] == \
+        ["backward", "aliasing", "table-grad"]
