@@ -4,7 +4,8 @@
 #   benchmarks/gpu.sh [OUT_DIR] [bench_gpu.py options, e.g. --small for a quick CPU test]
 #
 # Writes OUT_DIR/gpu-rope.md (benchmarks/bench_gpu.py's table), OUT_DIR/check.md and OUT_DIR/check.json
-# (`posenc check --backend torch,jax`), and OUT_DIR/report.md (machine, versions, both). OUT_DIR
+# (`posenc check --device cuda --backend torch,jax`), OUT_DIR/kernels.md and kernels.json (the installed GPU
+# kernels' built-ins on that device: Liger, flash-attn, Transformer Engine, transformers), OUT_DIR/report.md. OUT_DIR
 # defaults to gpu-run-<date>. Runs on a CPU-only machine too (then every figure is a CPU figure); a quick
 # CPU test: POSENC_CHECK_ARGS="--encoding sinusoidal" benchmarks/gpu.sh /tmp/gpu-test --small --reps 3
 #
@@ -43,23 +44,37 @@ EOF
 
 python benchmarks/bench_gpu.py --out "$out/gpu-rope.md" "$@"
 
-# posenc check on this machine: JAX runs on its default device (the GPU with a CUDA jaxlib); the torch
-# adapter builds its inputs with torch.from_numpy, so its cases run on the CPU (report.md says which).
+# posenc check there: --device places every framework's inputs on the GPU (cuda when torch sees one;
+# POSENC_DEVICE overrides): posenc's own backends, then the kernels that live on GPUs, natively: the Triton
+# built-ins in bfloat16 too (Triton's CPU interpreter has none), with their training cases (backward,
+# aliasing, table gradients)
+device="${POSENC_DEVICE:-$(python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}"
+kernels=$(python -c 'from posenc.impl.builtin import builtin_status as s; print(",".join(n for n in ("liger-kernel", "flash-attn", "transformer-engine", "transformers") if s(n)[0]))')
 start=$(date +%s)
 set +e
 # shellcheck disable=SC2086  # POSENC_CHECK_ARGS: extra filters, e.g. "--encoding rope" for a quick test
-python -m posenc check --backend torch,jax -q --markdown "$out/check.md" --json "$out/check.json" ${POSENC_CHECK_ARGS:-}
+python -m posenc check --device "$device" --backend torch,jax -q --markdown "$out/check.md" --json "$out/check.json" \
+  ${POSENC_CHECK_ARGS:-}
 status=$?
+python -m posenc check --device "$device" --impl "$kernels" --encoding rope --timeout 540 -q \
+  --markdown "$out/kernels.md" --json "$out/kernels.json"
+kernel_status=$?
 set -e
 {
   echo
   cat "$out/gpu-rope.md"
   echo
-  echo "## posenc check --backend torch,jax"
+  echo "## posenc check --device $device --backend torch,jax"
   echo
-  echo "exit status $status in $(( $(date +%s) - start )) s; table: check.md, details: check.json"
+  echo "exit status $status; table: check.md, details: check.json"
   echo
   tail -n 5 "$out/check.md" 2>/dev/null || true
+  echo
+  echo "## posenc check --device $device --impl $kernels --encoding rope (native kernels, training cases included)"
+  echo
+  echo "exit status $kernel_status; both runs $(( $(date +%s) - start )) s; table: kernels.md, details: kernels.json"
+  echo
+  tail -n 5 "$out/kernels.md" 2>/dev/null || true
 } >> "$out/report.md"
 echo "wrote $out/report.md"
 exit $status
