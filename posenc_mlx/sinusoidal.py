@@ -27,8 +27,10 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     sin, cos = mx.sin(angles), mx.cos(angles)
     if layout == "interleaved":
         table = mx.stack([sin, cos], axis=-1).reshape(*angles.shape[:-1], dim)
-    else:
+    elif layout == "concat":
         table = mx.concatenate([sin, cos], axis=-1)
+    else:  # concat-cos
+        table = mx.concatenate([cos, sin], axis=-1)
     return table.astype(resolve_dtype(dtype))
 
 

@@ -96,6 +96,26 @@ _ALL = [
               "'RelativePositionEmbedding' and Flax's WMT sinusoidal_init.",
     ),
     Convention(
+        "diffusers-sd", "sinusoidal", {"layout": "concat-cos", "denominator": "dim", "base": 10000.0},
+        source="diffusers/models/embeddings.py get_timestep_embedding(flip_sin_to_cos=True, downscale_freq_shift=0) "
+               "(Timesteps of the SD 1.x-XL UNets, SD3, Flux; glide's timestep_embedding)",
+        notes="Diffusion timesteps (float positions 0..999) embedded as [cos | sin] with frequencies "
+              "max_period**(-i/half) = base**(-2i/dim).",
+    ),
+    Convention(
+        "ddpm", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
+        source="diffusers/models/embeddings.py get_timestep_embedding(flip_sin_to_cos=False, downscale_freq_shift=1) "
+               "(the DDPM UNet's timestep embedding)",
+        notes="[sin | cos] with frequencies max_period**(-i/(half-1)): tensor2tensor's table at timestep positions.",
+    ),
+    Convention(
+        "diffusers-dit", "sinusoidal", {"layout": "concat-cos", "denominator": "half-1", "base": 10000.0},
+        source="diffusers/models/embeddings.py get_timestep_embedding(flip_sin_to_cos=True, downscale_freq_shift=1) "
+               "(diffusers' DiT / PixArt timestep path)",
+        notes="facebookresearch/DiT's TimestepEmbedder divides by half (denominator 'dim'): diffusers' DiT path "
+              "shifts the denominator, so their embeddings differ (research: 1.94 apart at t=999).",
+    ),
+    Convention(
         "fairseq", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
         position_offset=2,
         source="fairseq/modules/sinusoidal_positional_embedding.py, fairseq/utils.py make_positions (1.3)",

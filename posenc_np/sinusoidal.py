@@ -9,7 +9,7 @@ from ._validate import check_choice, check_even_dim, check_positive_float
 
 __all__ = ["sinusoidal", "sinusoid_inv_freq", "SINUSOID_LAYOUTS", "SINUSOID_DENOMINATORS", "check_sinusoidal_args"]
 
-SINUSOID_LAYOUTS = ("interleaved", "concat")
+SINUSOID_LAYOUTS = ("interleaved", "concat", "concat-cos")
 SINUSOID_DENOMINATORS = ("dim", "half-1")
 
 
@@ -52,6 +52,9 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
                                SinePositionEncoding)
         layout="concat":       PE[p, i] = sin(t_i),   PE[p, dim/2 + i] = cos(t_i)   (tensor2tensor,
                                fairseq, Marian, Flax WMT: "[sin | cos]")
+        layout="concat-cos":   PE[p, i] = cos(t_i),   PE[p, dim/2 + i] = sin(t_i)   ("[cos | sin]":
+                               diffusers' `get_timestep_embedding(flip_sin_to_cos=True)`, the timestep
+                               embedding of SD 1.x-XL, SD3, Flux, DiT)
 
     Named conventions (`posenc_np.conventions`): "vaswani" = (interleaved, dim); "tensor2tensor" =
     (concat, half-1); "fairseq" = (concat, half-1) with positions starting at padding_idx + 1 = 2 and a
@@ -62,7 +65,7 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
             positions); they are read in float64.
         dim: even encoding width.
         base: the wavelength base (10000 in the paper; "max_wavelength" in keras-hub).
-        layout: "interleaved" or "concat".
+        layout: "interleaved", "concat" or "concat-cos".
         denominator: "dim" or "half-1".
         dtype: output dtype (float64 when None); the computation is float64 regardless.
 
@@ -75,7 +78,8 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     Reference:
         Vaswani et al., "Attention Is All You Need", 2017, arXiv:1706.03762, section 3.5;
         tensor2tensor/layers/common_attention.py `get_timing_signal_1d`;
-        fairseq/modules/sinusoidal_positional_embedding.py.
+        fairseq/modules/sinusoidal_positional_embedding.py;
+        diffusers/models/embeddings.py `get_timestep_embedding` (diffusers 0.3x).
 
     Examples:
         >>> sinusoidal(np.arange(3), 4)[1].round(4).tolist()
@@ -87,6 +91,8 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     sin, cos = np.sin(angles), np.cos(angles)
     if layout == "interleaved":
         table = np.stack([sin, cos], axis=-1).reshape(*positions.shape, dim)
-    else:
+    elif layout == "concat":
         table = np.concatenate([sin, cos], axis=-1)
+    else:
+        table = np.concatenate([cos, sin], axis=-1)
     return table.astype(spec_output_dtype(dtype))

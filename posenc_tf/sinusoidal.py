@@ -27,8 +27,10 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     sin, cos = tf.sin(angles), tf.cos(angles)
     if layout == "interleaved":
         table = tf.reshape(tf.stack([sin, cos], axis=-1), tf.concat([tf.shape(angles)[:-1], [dim]], 0))
-    else:
+    elif layout == "concat":
         table = tf.concat([sin, cos], axis=-1)
+    else:  # concat-cos
+        table = tf.concat([cos, sin], axis=-1)
     return tf.cast(table, resolve_dtype(dtype))
 
 

@@ -27,8 +27,10 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     sin, cos = torch.sin(angles), torch.cos(angles)
     if layout == "interleaved":
         table = torch.stack([sin, cos], dim=-1).flatten(-2)
-    else:
+    elif layout == "concat":
         table = torch.cat([sin, cos], dim=-1)
+    else:  # concat-cos
+        table = torch.cat([cos, sin], dim=-1)
     return table.to(resolve_dtype(dtype))
 
 

@@ -42,6 +42,9 @@ for _name in ("vaswani", "tensor2tensor", "fairseq"):
                    + _offset, "[batch, seq] positions: KV-cache offsets per row")
 _sinusoid_case("vaswani", "float-positions", np.arange(12) * 0.37,
                "interpolated (non-integer) positions")
+for _name in ("diffusers-sd", "ddpm", "diffusers-dit"):
+    _sinusoid_case(_name, "timesteps", np.array([0.0, 1.0, 17.5, 250.0, 999.0]),
+                   "diffusion timesteps (float positions 0..999)")
 
 
 def _left_padded_positions(tokens, padding_idx):

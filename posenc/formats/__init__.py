@@ -54,7 +54,8 @@ def detect_format(path) -> str:
         if lower.endswith(suffix):
             return fmt
     raise UsageError(f"{str(path)!r}: unknown checkpoint format; the name must end in one of "
-                     f"{', '.join(s for s, _ in _SUFFIXES)}")
+                     f"{', '.join(s for s, _ in _SUFFIXES)}, or name a checkpoint directory (an existing "
+                     f"directory, or a name ending in {os.sep})")
 
 
 def open_reader(path, fmt=None) -> Reader:

@@ -300,7 +300,8 @@ def sinusoidal_computed_model(*, dim, base=10000.0, layout="interleaved", denomi
                               positions_rank=2):
     """`positions [...]` int64 -> `table [..., dim]` computed in the graph, so any int64 position works:
     float64 angles `p * w_i` (`Cast` to double, `Mul` by the spec's `sinusoid_inv_freq` in float64), float64
-    `Sin`/`Cos`, the spec's layout (`interleaved`: pairs `(sin, cos)`; `concat`: `[sin | cos]`), one `Cast` to
+    `Sin`/`Cos`, the spec's layout (`interleaved`: pairs `(sin, cos)`; `concat`: `[sin | cos]`; `concat-cos`:
+    `[cos | sin]`), one `Cast` to
     `dtype`. At position 2**20 the float64 angle is off by about 1e-10 rad, far inside float32 rounding."""
     _, TP, _, _ = _onnx()
     dtype = check_dtype(dtype)
@@ -315,7 +316,7 @@ def sinusoidal_computed_model(*, dim, base=10000.0, layout="interleaved", denomi
         shape = b.out("Concat", [b.out("Shape", ["positions"]), b.const(np.array([dim], np.int64))], axis=0)
         table = b.out("Reshape", [pairs, shape])
     else:
-        table = b.out("Concat", [sin, cos], axis=-1)
+        table = b.out("Concat", [sin, cos] if layout == "concat" else [cos, sin], axis=-1)
     b.out("Cast", [table], name="table", to=_elem(dtype))
     dims = _position_dims("p", positions_rank, "seq")
     return b.model("posenc_sinusoidal", [_value("positions", TP.INT64, dims)],

@@ -83,6 +83,17 @@ def _total_bytes(entries):
     return sum(nbytes(e.shape, e.dtype) for e in entries)
 
 
+def _target_format(target, preset_format) -> str:
+    """TARGET's format: its name's, or for a preset that writes a directory (mlx-lm's) a name without a file
+    suffix taken as that directory, with or without a trailing `/`, as users name directories."""
+    try:
+        return detect_format(target)
+    except UsageError:
+        if preset_format == "safetensors-dir":
+            return "safetensors-dir"
+        raise
+
+
 def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=None, target_format=None,
          seed=0, max_shard_size=None) -> PortResult:
     """Convert SOURCE into TARGET by `rules` (`mapping.Rules`), verify, and write TARGET only if verified.
@@ -97,7 +108,7 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
     """
     source, target = str(source), str(target)
     reader = open_reader(source)
-    fmt = detect_format(target)
+    fmt = _target_format(target, target_format)
     if fmt == "safetensors-index":
         raise UsageError(f"TARGET {target!r}: write a checkpoint directory (a name ending in /) or a .safetensors "
                          "file with --max-shard-size; the index is written with the shards")

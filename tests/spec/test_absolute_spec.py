@@ -164,3 +164,14 @@ def test_learned_gathers_and_rejects_out_of_range():
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call()
+
+
+def test_concat_cos_is_concat_with_its_halves_swapped():
+    """diffusers' flip_sin_to_cos: `[cos | sin]`, the same frequencies as `[sin | cos]`."""
+    p = np.array([0.0, 3.5, 999.0])
+    for denominator in ("dim", "half-1"):
+        concat = pn.sinusoidal(p, 16, layout="concat", denominator=denominator)
+        flipped = pn.sinusoidal(p, 16, layout="concat-cos", denominator=denominator)
+        assert np.array_equal(flipped, np.concatenate([concat[:, 8:], concat[:, :8]], axis=-1))
+    with pytest.raises(ValueError, match="layout"):
+        pn.sinusoidal(p, 16, layout="cos-concat")

@@ -248,3 +248,20 @@ def test_a_transformers_4_gemma3_config_ports(tmp_path):
     assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-gemma3-to-mlx") == 0
     desired = _hf_logits(model)
     assert compare(_mlx_logits(tmp_path / "mlx"), desired, _tolerance(desired)).passed
+
+
+def test_a_directory_target_is_taken_as_named_without_a_trailing_slash(tmp_path):
+    """`posenc port hf_dir mlx_out --preset hf-llama-to-mlx`, as a new user types it, writes the directory."""
+    model = _save("llama", tmp_path / "hf")
+    assert run("port", tmp_path / "hf", tmp_path / "mlx_out", "--preset", "hf-llama-to-mlx") == 0
+    assert (tmp_path / "mlx_out" / "config.json").is_file()
+    desired = _hf_logits(model)
+    assert compare(_mlx_logits(tmp_path / "mlx_out"), desired, _tolerance(desired)).passed
+
+
+def test_an_unknown_target_names_every_accepted_form(tmp_path, capsys):
+    _save("llama", tmp_path / "hf")
+    capsys.readouterr()
+    assert run("port", tmp_path / "hf", tmp_path / "out.weird") == 2
+    err = capsys.readouterr().err
+    assert ".safetensors" in err and ".gguf" in err and "checkpoint directory" in err
