@@ -38,6 +38,7 @@ BUILTINS = {
     "flash-attn": "flash_attn",
     "liger-kernel": "liger_kernel",
     "transformer-engine": "transformer_engine",
+    "diffusers": "diffusers",
 }
 
 

@@ -1,5 +1,6 @@
 """Every built-in's expected verdicts, as data beside its adapter (`EXPECTED` in posenc/impl/builtin/NAME.py):
-the built-in runs the RoPE registry in float32 (edge set included) and its failing and erroring comparisons
+the built-in runs the RoPE registry in float32 (edge set and training cases included) and the cases of every
+other contract function it provides and its failing and erroring comparisons
 must be exactly the expected ones, with the same diagnosis. A new failure means the library or the adapter
 changed what it computes; an expected entry that no longer fails is stale (the upstream bug was fixed, or
 the case renamed) and fails too, as array-api-tests warns on an xfail that matches nothing."""
@@ -14,8 +15,10 @@ from posenc.impl.builtin import BUILTINS, builtin_module, builtin_status, load_b
 
 
 def observed(name) -> dict:
-    cases = [c for c in all_cases() if c.family == "rope"]
-    records = run_implementations(cases, load_builtin(name), dtypes=["float32"])
+    impls = load_builtin(name)
+    provided = {f for impl in impls for f in impl.functions}
+    cases = [c for c in all_cases() if c.family == "rope" or (c.fn is None and c.encoding in provided)]
+    records = run_implementations(cases, impls, dtypes=["float32"])
     return {f"{r.backend} {r.convention}/{r.case}": r.diagnosis or r.status for r in records
             if r.status in ("fail", "error")}
 
