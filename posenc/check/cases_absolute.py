@@ -42,6 +42,9 @@ for _name in ("vaswani", "tensor2tensor", "fairseq"):
                    + _offset, "[batch, seq] positions: KV-cache offsets per row")
 _sinusoid_case("vaswani", "float-positions", np.arange(12) * 0.37,
                "interpolated (non-integer) positions")
+# consecutive positions past 2048: float16 keeps only even integers there and bfloat16 (past 256) only every 8th
+# or 16th, so an implementation that rounds its positions to the compute dtype fails at short distances
+_sinusoid_case("vaswani", "past-2048", np.arange(2049, 2061), "positions 2049..2060 (float16 and bfloat16 round them)")
 for _name in ("diffusers-sd", "ddpm", "diffusers-dit"):
     _sinusoid_case(_name, "timesteps", np.array([0.0, 1.0, 17.5, 250.0, 999.0]),
                    "diffusion timesteps (float positions 0..999)")

@@ -9,6 +9,7 @@ the spec has a number), and `angle-precision` from the output passing under a fl
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,7 @@ __all__ = ["Diagnosis", "diagnose", "DIAGNOSES"]
 
 #: Every diagnosis a record can carry: the contract's list, and `wrapped` (positions outside a declared
 #: table read rows modulo its length, as Python / torch indexing does for negative indices).
-DIAGNOSES = ("layout", "offset", "base", "scaling-ignored", "attention-factor", "angle-precision",
+DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored", "attention-factor", "angle-precision",
              "partial-vs-proportional", "mrope-axes", "mrope-layout", "unrotated", "direction", "non-finite",
              "wrapped", "unknown",
              # the training cases' (posenc.impl.training): a backward's and the aliasing and table probes'
@@ -149,6 +150,35 @@ def _rope_variants(x, positions, kwargs, table_rows=None, rot=None):
     yield "direction", "your outputs equal the spec rotated by -theta (the opposite direction)", backwards
 
 
+def _positions_index(args):
+    """The index of a case's positions among its arguments: the first integer array, else the first float
+    array of a function whose first argument is positions (a float sinusoid's timesteps)."""
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray) and a.dtype.kind in "iu":
+            return i
+    return 0 if args and isinstance(args[0], np.ndarray) and args[0].ndim <= 2 else None
+
+
+def _rounded_positions_variant(compute, positions, dtype):
+    """`positions-rounded`: the spec at the positions rounded to the compute dtype (bfloat16 keeps 8 significant
+    bits: 257 becomes 256; float16 11: 2049 becomes 2048), as an implementation that casts its positions or
+    timesteps to the model's dtype before forming angles computes."""
+    from posenc_np.backend import dtype_name, numpy_dtype
+
+    name = dtype_name(dtype)
+    p = np.asarray(positions)
+    if name not in ("bfloat16", "float16") or not p.size:
+        return
+    rounded = p.astype(np.float64).astype(numpy_dtype(name)).astype(np.float64)
+    if np.array_equal(rounded, p.astype(np.float64)):
+        return
+    rounded = rounded.astype(p.dtype) if p.dtype.kind in "iu" else rounded
+    yield ("positions-rounded", f"your outputs equal the spec at the positions rounded to {name} (largest "
+                                f"position {float(np.abs(p).max()):g}; {name} spaces integers "
+                                f"{'2 apart past 256' if name == 'bfloat16' else '2 apart past 2048'})",
+           lambda: compute(rounded))
+
+
 def _generic_variants(fn, args, kwargs):
     """Variants for non-RoPE encodings: positions off by one (the first integer array), another base, layout."""
     index = next((i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind in "iu"), None)
@@ -198,9 +228,14 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         text = _unrotated_rows(actual, desired, x, tol, rotation)
         if text:
             return Diagnosis("unrotated", text)
-        variants = _rope_variants(x, positions, kwargs, table_rows, rotation)
+        variants = itertools.chain(_rounded_positions_variant(lambda p: _apply(x, p, kwargs), positions, dtype),
+                                   _rope_variants(x, positions, kwargs, table_rows, rotation))
     elif spec_fn is not None:
-        variants = _generic_variants(spec_fn, args, {k: v for k, v in kwargs.items() if k != "dtype"})
+        plain = {k: v for k, v in kwargs.items() if k != "dtype"}
+        index = _positions_index(args)
+        rounded = () if index is None else _rounded_positions_variant(
+            lambda p: spec_fn(*args[:index], p, *args[index + 1:], **plain), args[index], dtype)
+        variants = itertools.chain(rounded, _generic_variants(spec_fn, args, plain))
     else:
         variants = ()
     for name, sentence, build in variants:
