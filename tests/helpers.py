@@ -11,10 +11,38 @@ import numpy as np
 
 from posenc_np.testing import Tolerance, compare, tolerance
 
-__all__ = ["EXACT", "assert_close", "keras_round_trip", "keras_bias_round_trip", "fire_layers"]
+__all__ = ["EXACT", "FAST", "assert_close", "cli", "run_builtin", "keras_round_trip", "keras_bias_round_trip",
+           "fire_layers"]
 
 #: Bit-exact comparison (gathers, integer buckets).
 EXACT = tolerance("float32", exact=True)
+
+#: Quick in-process `posenc check` options: eager mode only, no progress output, and `--jobs 1`, so the run
+#: stays in the test's process instead of spawning worker interpreters.
+FAST = ["--mode", "eager", "--quiet", "--jobs", "1"]
+
+
+def cli(*argv):
+    """Run the `posenc` command line in-process on `argv` (paths and numbers are str()-ed); returns the exit
+    code. Tests read what it printed with pytest's `capsys`."""
+    from posenc.cli import main
+
+    return main([str(a) for a in argv])
+
+
+def run_builtin(name, *, select=None, dtypes=("float32",)):
+    """Records of `--impl` built-in `name` over the registry's RoPE cases (`select(case)` narrows them), at
+    `dtypes`; skips the test when the built-in's library is not installed."""
+    import pytest
+
+    from posenc.check.registry import all_cases
+    from posenc.check.run_impl import run_implementations
+    from posenc.impl.builtin import builtin_status, load_builtin
+
+    if not builtin_status(name)[0]:
+        pytest.skip(f"{name} is not installed")
+    cases = [c for c in all_cases() if c.family == "rope" and (select is None or select(c))]
+    return run_implementations(cases, load_builtin(name), dtypes=list(dtypes))
 
 
 def assert_close(actual, desired, tol: Tolerance):

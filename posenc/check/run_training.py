@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc_np.testing import Tolerance, compare, tolerance
+from posenc_np.testing import compare, tolerance
 
 from ..adapters import adapter
 from ..impl.precision import class_tolerance, spec_rotation
@@ -109,7 +109,9 @@ def _aliasing_fields(impl, want, result, desired, tol):
     also = [f"in-place-unversioned ({name})" for name, versioned in result["written"] if not versioned]
     also += ["cotangent-mutated"] if result["cotangent_mutated"] else []
     if not isinstance(upstream, str):
-        expected = (1 - np.tanh(x.astype(np.float64)) ** 2) * desired
+        # judged against the implementation's own backward (RoPE's does not depend on x), so a wrong backward
+        # is the backward cases' failure and only a corrupted upstream gradient fails here
+        expected = (1 - np.tanh(x.astype(np.float64)) ** 2) * result["grad_q"]
         checked = compare(upstream, expected, tol)
         if not checked.passed:
             return _failed("upstream-gradient-corrupted", "the gradient through tanh -> kernel -> loss is wrong: the "
@@ -145,5 +147,10 @@ def _table_fields(want, result):
     tol = tolerance("float32", scale=scale)
     checks = [compare(result["dcos"], dcos, tol), compare(result["dsin"], dsin, tol)]
     worst = max(checks, key=lambda c: (not c.passed, c.err_in_tol))
-    return dict(status="pass" if worst.passed else "fail", max_abs_err=worst.max_abs_err, err_in_tol=worst.err_in_tol,
-                tol=worst.atol, tol_why="table gradients: " + Tolerance(tol.atol, tol.why).why, message=worst.message)
+    fields = dict(status="pass" if worst.passed else "fail", max_abs_err=worst.max_abs_err,
+                  err_in_tol=worst.err_in_tol, tol=worst.atol, tol_why="table gradients: " + tol.why,
+                  message=worst.message)
+    if not worst.passed and checks[0].passed and compare(result["dsin"], -dsin, tol).passed:
+        fields.update(diagnosis="direction", diagnosis_detail="your sin table's gradient is the spec's negated: the "
+                                                              "kernel rotates by -theta")
+    return fields

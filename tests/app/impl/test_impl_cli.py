@@ -48,7 +48,8 @@ def test_the_documented_kernel_runs_the_whole_rope_registry(tmp_path):
     skipped = [r for r in records if r["status"] == "skip"]
     assert len(ran) > 150 and len(ran) + len(skipped) == len(records)
     assert {r["message"] for r in skipped} == {"my-kernel declares layouts half, not interleaved"}
-    assert all(r["worst_angle_err"] is not None for r in ran if r["encoding"] == "apply_rope")
+    assert all(r["worst_angle_err"] is not None for r in ran
+               if r["encoding"] == "apply_rope" and r["convention"] != "training")  # a gradient has no angle
     lines = done.stdout.strip().splitlines()
     assert any(re.fullmatch(r"\d+ passed, 0 failed, \d+ skipped", line) for line in lines[-3:]), lines[-3:]
     assert any(line.startswith("  float32: worst angle error") for line in lines)

@@ -133,8 +133,12 @@ def test_planted_mismatch_fails_and_is_named(diagnosis, fn, case_id):
 
 def test_every_diagnosis_of_the_contract_is_planted():
     planted = {d for d, _, _ in PLANTED} | {"angle-precision"}  # angle-precision: test_float32_angles below
+    # planted in their own modules: the training cases' (test_impl_training.py) and positions-rounded
+    # (test_impl_planted_positions.py)
+    elsewhere = {"pass-through", "cotangent-layout", "in-place-unversioned", "in-place-undeclared",
+                 "cotangent-mutated", "upstream-gradient-corrupted", "no-gradient", "positions-rounded"}
     # the contract's list, and `wrapped` (an extension: a gather indexing modulo its table)
-    assert planted == set(DIAGNOSES)
+    assert planted | elsewhere == set(DIAGNOSES)
 
 
 def test_layout_sentence_names_the_variant():

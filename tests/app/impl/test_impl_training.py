@@ -151,7 +151,10 @@ def test_a_backward_that_overwrites_the_incoming_gradient_is_named():
         return Rope.apply(q, k, cos, sin) if unsqueeze_dim == 1 else hf_kernel(q, k, cos, sin, unsqueeze_dim)
 
     impl = Implementation.from_rotary_kernel(kernel, "planted", table_grads=False)
-    assert verdicts(impl, "aliasing")["aliasing"] == ("fail", "cotangent-mutated")
+    (record,) = run_implementations([c for c in TRAINING if c.case_set == "aliasing"], [impl], dtypes=["float32"])
+    # the zeroed gradient buffer is also what autograd sums the upstream gradient in: both are named
+    named = record.diagnosis == "cotangent-mutated" or "cotangent-mutated" in record.diagnosis_detail
+    assert record.status == "fail" and named, (record.diagnosis, record.diagnosis_detail)
     assert verdicts(impl, "table-grad")["table-grad"][0] == "skip"  # table_grads=False declared
 
 
