@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 
-from posenc import cli  # noqa: E402
+from helpers import cli  # noqa: E402
 from posenc.formats import open_reader  # noqa: E402
 from posenc.port import mapping  # noqa: E402
 from posenc_np.testing import compare, tolerance  # noqa: E402
@@ -30,9 +30,6 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 SMALL = dict(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=256)
 
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 def save_model(directory, config, *, shard="40KB", seed=0, cls=None):
@@ -135,7 +132,7 @@ def test_done_when_sharded_llama_to_gguf_and_back(tmp_path):
     assert len(shards) > 2 and (src / "model.safetensors.index.json").exists()
     vocab = tokenizer_json(src)["model"]["vocab"]
     target = tmp_path / "llama.gguf"
-    assert run("port", src, target, "--preset", "hf-llama-to-gguf", "--json", tmp_path / "r.json") == 0
+    assert cli("port", src, target, "--preset", "hf-llama-to-gguf", "--json", tmp_path / "r.json") == 0
     report = json.loads((tmp_path / "r.json").read_text())
     logit_checks = [c for c in report["checks"] if c["kind"] == "gguf-logits"]
     assert report["verified"] and len(logit_checks) == 2 * config.num_hidden_layers
@@ -176,7 +173,7 @@ def test_done_when_sharded_llama_to_gguf_and_back(tmp_path):
     assert compare(actual, desired, tolerance("float32", max_angle=100, scale=np.abs(desired).max())).passed
     # and back, sharded again: every tensor equal, transformers loads the directory and gives the same logits
     back = tmp_path / "back"
-    assert run("port", target, f"{back}/", "--preset", "gguf-to-hf-llama", "--max-shard-size", "40KB") == 0
+    assert cli("port", target, f"{back}/", "--preset", "gguf-to-hf-llama", "--max-shard-size", "40KB") == 0
     assert (back / "model.safetensors.index.json").exists() and (back / "config.json").exists()
     again = hf_state(back)
     assert set(again) == set(state)
@@ -192,7 +189,7 @@ def test_broken_permutation_fails_the_gguf_logits_check(tmp_path, monkeypatch):
     src = tmp_path / "hf"
     save_model(src, transformers.LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"]))
     monkeypatch.setattr(mapping, "permute_qk_rows", lambda w, *a, **k: w)
-    assert run("port", src, tmp_path / "m.gguf", "--preset", "hf-llama-to-gguf") == 1
+    assert cli("port", src, tmp_path / "m.gguf", "--preset", "hf-llama-to-gguf") == 1
     assert not (tmp_path / "m.gguf").exists() and (tmp_path / "m.gguf.unverified").exists()
 
 
@@ -222,7 +219,7 @@ def test_family_round_trip_through_gguf(tmp_path, family):
     state = hf_state(src)
     preset = "mistral" if family == "mistral" else family
     target = tmp_path / "m.gguf"
-    assert run("port", src, target, "--preset", f"hf-{preset}-to-gguf", "--json", tmp_path / "r.json") == 0
+    assert cli("port", src, target, "--preset", f"hf-{preset}-to-gguf", "--json", tmp_path / "r.json") == 0
     checks = json.loads((tmp_path / "r.json").read_text())["checks"]
     assert [c["passed"] for c in checks if c["kind"] == "gguf-logits"] and all(c["passed"] for c in checks)
     _, t, md = gguf_tensors(target)
@@ -250,7 +247,7 @@ def test_family_round_trip_through_gguf(tmp_path, family):
                                       np.concatenate([blocks[:, j].reshape(-1, 32) for j in range(3)]))
         assert md["gptneox.rope.dimension_count"] == 4
     back = tmp_path / "back"
-    assert run("port", target, f"{back}/", "--preset", f"gguf-to-hf-{'llama' if family == 'mistral' else family}") == 0
+    assert cli("port", target, f"{back}/", "--preset", f"gguf-to-hf-{'llama' if family == 'mistral' else family}") == 0
     reloaded = getattr(transformers, config.architectures[0] if family != "mistral" else "LlamaForCausalLM")
     reloaded = reloaded.from_pretrained(back).eval()
     tokens = np.random.default_rng(1).integers(0, 300, 90)
@@ -265,7 +262,7 @@ def test_hf_llama_to_flax(tmp_path):
     flax_serialization = pytest.importorskip("flax.serialization")
     src = tmp_path / "hf"
     save_model(src, transformers.LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"]), shard="1GB")
-    assert run("port", src, tmp_path / "flax.msgpack", "--preset", "hf-llama-to-flax",
+    assert cli("port", src, tmp_path / "flax.msgpack", "--preset", "hf-llama-to-flax",
                "--json", tmp_path / "r.json") == 0
     tree = flax_serialization.msgpack_restore((tmp_path / "flax.msgpack").read_bytes())
     state = hf_state(src)
@@ -281,8 +278,8 @@ def test_doctor_names_what_is_wrong_in_a_gguf(tmp_path, monkeypatch, capsys):
     save_model(src, transformers.LlamaConfig(**SMALL, num_key_value_heads=2, rope_scaling=dict(LLAMA3),
                                              architectures=["LlamaForCausalLM"]), shard="1GB")
     good = tmp_path / "good.gguf"
-    assert run("port", src, good, "--preset", "hf-llama-to-gguf") == 0
-    assert run("doctor", good, src) == 0
+    assert cli("port", src, good, "--preset", "hf-llama-to-gguf") == 0
+    assert cli("doctor", good, src) == 0
     out = capsys.readouterr().out
     assert "consistent" in out and "q/k rows permuted" in out
 
@@ -321,7 +318,7 @@ def test_doctor_names_what_is_wrong_in_a_gguf(tmp_path, monkeypatch, capsys):
         "base": (rewrite("base.gguf", kv={"llama.rope.freq_base": 20000.0}), "base differs"),
     }
     for case, (path, needle) in cases.items():
-        assert run("doctor", path, src, "--json", tmp_path / f"{case}.json") == 0, case
+        assert cli("doctor", path, src, "--json", tmp_path / f"{case}.json") == 0, case
         out = capsys.readouterr().out
         assert needle in out, (case, out)
         assert "layers 0-1" in out or case in ("llama3", "base"), (case, out)
@@ -338,7 +335,7 @@ def test_doctor_names_what_is_wrong_in_a_gguf(tmp_path, monkeypatch, capsys):
     other.mkdir()
     shutil.copy(src / "config.json", other / "config.json")
     save_file(meta, str(other / "model.safetensors"))
-    assert run("doctor", other, src) == 0
+    assert cli("doctor", other, src) == 0
     assert "q/k rows permuted, but A rotates half and B half" in capsys.readouterr().out
 
 
@@ -346,7 +343,7 @@ def test_gguf_failures_exit_2(tmp_path, capsys):
     src = tmp_path / "hf"
     save_model(src, transformers.LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"]), shard="1GB")
     good = tmp_path / "m.gguf"
-    assert run("port", src, good, "--preset", "hf-llama-to-gguf") == 0
+    assert cli("port", src, good, "--preset", "hf-llama-to-gguf") == 0
     data = good.read_bytes()
     (tmp_path / "trunc.gguf").write_bytes(data[: len(data) - 100])
     (tmp_path / "junk.gguf").write_bytes(b"GGUF" + b"\x00" * 20)
@@ -361,7 +358,7 @@ def test_gguf_failures_exit_2(tmp_path, capsys):
     before = sorted(os.listdir(tmp_path))
     capsys.readouterr()  # save_pretrained's progress bar
     for argv, needle in cases:
-        assert run(*argv) == 2, argv
+        assert cli(*argv) == 2, argv
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (argv, err)
     assert sorted(os.listdir(tmp_path)) == before
@@ -383,7 +380,7 @@ def test_quantized_gguf_reads_dequantized(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    assert run("port", tmp_path / "q.gguf", tmp_path / "out.safetensors") == 0
+    assert cli("port", tmp_path / "q.gguf", tmp_path / "out.safetensors") == 0
     out = open_reader(tmp_path / "out.safetensors")
     for kind, (data, qtype) in quantized.items():
         assert out.dtype(f"{kind}.weight") == "float32"

@@ -19,16 +19,13 @@ gguf = pytest.importorskip("gguf")
 
 from test_gguf import save_model  # noqa: E402
 
-from posenc import cli  # noqa: E402
+from helpers import cli  # noqa: E402
 from posenc.formats import open_reader  # noqa: E402
 
 BASE = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256)
 GEMMA = dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=8)
 
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 def gguf_file(path):
@@ -42,7 +39,7 @@ def test_outtype_q8_0_file_report_and_read_back(tmp_path):
     save_model(src, transformers.LlamaConfig(**{**BASE, "intermediate_size": 80}, architectures=["LlamaForCausalLM"]),
                shard="1GB")
     target = tmp_path / "q.gguf"
-    assert run("port", src, target, "--preset", "hf-llama-to-gguf", "--outtype", "q8_0", "--json", tmp_path / "r.json") == 0
+    assert cli("port", src, target, "--preset", "hf-llama-to-gguf", "--outtype", "q8_0", "--json", tmp_path / "r.json") == 0
     types, md = gguf_file(target)
     assert md["general.file_type"] == gguf.LlamaFileType.MOSTLY_Q8_0
     assert types["blk.0.attn_q.weight"] == types["token_embd.weight"] == types["output.weight"] == "Q8_0"
@@ -62,7 +59,7 @@ def test_outtype_q8_0_file_report_and_read_back(tmp_path):
                                   gguf.quants.dequantize(gguf.quants.quantize(w, q8), q8))
     # back to HF: dequantized, and said so
     back = tmp_path / "back"
-    assert run("port", target, f"{back}/", "--preset", "gguf-to-hf-llama", "--json", tmp_path / "b.json") == 0
+    assert cli("port", target, f"{back}/", "--preset", "gguf-to-hf-llama", "--json", tmp_path / "b.json") == 0
     tensors = {t["target"]: t for t in json.loads((tmp_path / "b.json").read_text())["tensors"]}
     assert tensors["model.layers.1.mlp.up_proj.weight"]["conversions"] == ["dequantized(Q8_0)"]
     assert "dequantized" in json.loads((tmp_path / "back.rope.json").read_text())["gguf"]
@@ -76,7 +73,7 @@ def test_outtype_bad_usage_writes_nothing(tmp_path, capsys):
     for argv, needle in (([src, tmp_path / "o.gguf", "--preset", "hf-llama-to-gguf", "--outtype", "q4_k_m"],
                           "--outtype 'q4_k_m'"),
                          ([src / "model.safetensors", tmp_path / "o.npz", "--outtype", "q8_0"], "belongs to")):
-        assert run("port", *argv) == 2
+        assert cli("port", *argv) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1, err
     assert sorted(os.listdir(tmp_path)) == before
@@ -91,7 +88,7 @@ def test_gemma3_metadata_two_bases_and_pattern(tmp_path):
                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
         architectures=["Gemma3ForCausalLM"])
     save_model(src, config, shard="1GB")
-    assert run("port", src, tmp_path / "g.gguf", "--preset", "hf-gemma3-to-gguf") == 0
+    assert cli("port", src, tmp_path / "g.gguf", "--preset", "hf-gemma3-to-gguf") == 0
     types, md = gguf_file(tmp_path / "g.gguf")
     assert md["general.architecture"] == "gemma3"
     assert (md["gemma3.rope.freq_base"], md["gemma3.rope.freq_base_swa"]) == (1e6, 1e4)
@@ -108,7 +105,7 @@ def test_gemma2_metadata(tmp_path):
     src = tmp_path / "hf"
     save_model(src, transformers.Gemma2Config(**{**BASE, "num_hidden_layers": 4}, **GEMMA,
                                               architectures=["Gemma2ForCausalLM"]), shard="1GB")
-    assert run("port", src, tmp_path / "g.gguf", "--preset", "hf-gemma2-to-gguf") == 0
+    assert cli("port", src, tmp_path / "g.gguf", "--preset", "hf-gemma2-to-gguf") == 0
     _, md = gguf_file(tmp_path / "g.gguf")
     assert (md["gemma2.attn_logit_softcapping"], md["gemma2.final_logit_softcapping"]) == (50.0, 30.0)
     assert md["gemma2.attention.sliding_window_pattern"] == [True, False, True, False]
@@ -147,7 +144,7 @@ def test_what_llamacpp_would_compute_otherwise_is_refused(tmp_path, case, capsys
     src = tmp_path / "hf"
     save_model(src, config, shard="1GB", cls=getattr(transformers, config.architectures[0]))
     capsys.readouterr()
-    assert run("port", src, tmp_path / "o.gguf", "--preset", preset) == 2
+    assert cli("port", src, tmp_path / "o.gguf", "--preset", preset) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "o.gguf").exists()
@@ -163,7 +160,7 @@ def test_a_wrongly_quantized_file_fails_its_rounding_check(tmp_path, monkeypatch
     real = gguf_quant.quantize
     monkeypatch.setattr(gguf_quant, "quantize", lambda array, kind: real(np.asarray(array) * 1.01, kind))
     target = tmp_path / "q.gguf"
-    assert run("port", src, target, "--preset", "hf-llama-to-gguf", "--outtype", "q8_0", "--json", tmp_path / "r.json") == 1
+    assert cli("port", src, target, "--preset", "hf-llama-to-gguf", "--outtype", "q8_0", "--json", tmp_path / "r.json") == 1
     checks = json.loads((tmp_path / "r.json").read_text())["checks"]
     assert [c for c in checks if c["kind"] == "rounding"] and all(not c["passed"] for c in checks if c["kind"] == "rounding")
     assert not target.exists() and (tmp_path / "q.gguf.unverified").exists()
@@ -188,9 +185,9 @@ def test_gemma2_and_3_round_trip_through_gguf(tmp_path, family):
             architectures=["Gemma3ForCausalLM"])
     src = tmp_path / "hf"
     model = save_model(src, config, shard="1GB")
-    assert run("port", src, tmp_path / "g.gguf", "--preset", f"hf-{family}-to-gguf") == 0
+    assert cli("port", src, tmp_path / "g.gguf", "--preset", f"hf-{family}-to-gguf") == 0
     back = tmp_path / "back"
-    assert run("port", tmp_path / "g.gguf", f"{back}/", "--preset", f"gguf-to-hf-{family}") == 0
+    assert cli("port", tmp_path / "g.gguf", f"{back}/", "--preset", f"gguf-to-hf-{family}") == 0
     reloaded = getattr(transformers, config.architectures[0]).from_pretrained(back).eval()
     assert reloaded.config.layer_types == config.layer_types
     tokens = torch.tensor([np.random.default_rng(3).integers(0, 300, 40).tolist()])

@@ -28,7 +28,7 @@ pytest.importorskip("llama_cpp")
 
 from test_gguf import save_model, tokenizer_json  # noqa: E402
 
-from posenc import cli  # noqa: E402
+from helpers import cli  # noqa: E402
 from posenc.formats.gguf_quant import quantization_error  # noqa: E402
 from posenc.port.presets import gguf_families  # noqa: E402
 from posenc.port.presets.gguf_runtime import llamacpp_logits, llamacpp_tolerance, probe_tokens  # noqa: E402
@@ -58,9 +58,6 @@ PRESETS = {
                                                                 rope_parameters=GEMMA3_ROPE), 40),
 }
 
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 #: llama.cpp marks these tokens (src/llama-vocab.cpp, `token_to_id.at`) when general.name names Phi-3: a
@@ -100,7 +97,7 @@ def hf_logits(model, tokens):
 
 def port(src, target, preset, *extra):
     report = target.with_suffix(".json")
-    code = run("port", src, target, "--preset", preset, "--json", report, *extra)
+    code = cli("port", src, target, "--preset", preset, "--json", report, *extra)
     return code, json.loads(report.read_text()) if report.exists() else None
 
 
@@ -207,7 +204,7 @@ def _rewrite_without(path, out, key):
 def _refused(tmp_path, preset, config, needle, capsys):
     src, model = make(tmp_path, config, name="refused")
     capsys.readouterr()
-    assert run("port", src, tmp_path / "refused.gguf", "--preset", preset) == 2
+    assert cli("port", src, tmp_path / "refused.gguf", "--preset", preset) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "refused.gguf").exists()

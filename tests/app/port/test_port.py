@@ -15,7 +15,7 @@ import stat
 import numpy as np
 import pytest
 
-from posenc import cli as port_cli
+from helpers import cli
 from posenc.formats import open_reader
 from posenc.port import mapping
 from posenc_np import apply_rope, permute_qk_rows, resize_table
@@ -27,9 +27,6 @@ THETA = 500000.0
 HF_LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
             "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
 
-
-def run(*argv):
-    return port_cli.main([str(a) for a in argv])
 
 
 def meta_state(rng, dtype=np.float32):
@@ -74,7 +71,7 @@ def test_meta_llama_to_hf_one_command(meta_dir, capsys):
     target = directory / "model.safetensors"
     saved = os.umask(0o022)
     try:
-        assert run("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf",
+        assert cli("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf",
                    "--json", directory / "report.json") == 0
     finally:
         os.umask(saved)
@@ -105,7 +102,7 @@ def test_meta_llama_attention_logits_independently(meta_dir):
     """Meta's interleaved RoPE on the source vs HF's half layout on the target: same logits."""
     directory, state = meta_dir
     target = directory / "hf.npz"
-    assert run("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf") == 0
+    assert cli("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf") == 0
     hf = np.load(target)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((6, DIM))
@@ -164,7 +161,7 @@ def test_meta_llama_port_loads_into_transformers(meta_dir):
     transformers = pytest.importorskip("transformers")
     directory, state = meta_dir
     target = directory / "pytorch_model.bin"
-    assert run("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf") == 0
+    assert cli("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf") == 0
     config = json.loads((directory / "pytorch_model.bin.rope.json").read_text())["hf_config"]
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).double().eval()
     loaded = torch.load(target, weights_only=True)
@@ -184,7 +181,7 @@ def test_broken_permutation_is_caught_and_kept_aside(meta_dir, monkeypatch, caps
     directory, _ = meta_dir
     monkeypatch.setattr(mapping, "permute_qk_rows", lambda w, *a, **k: w)  # a converter that forgets the permute
     target = directory / "model.safetensors"
-    assert run("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf",
+    assert cli("port", directory / "consolidated.safetensors", target, "--preset", "meta-llama-to-hf",
                "--json", directory / "r.json") == 1
     out = capsys.readouterr().out
     assert "FAIL rope-logits" in out and "NOT verified" in out
@@ -200,7 +197,7 @@ def test_meta_pth_source_and_flag_overrides(meta_dir):
     torch.save({k: torch.from_numpy(v) for k, v in state.items()}, directory / "consolidated.00.pth")
     (directory / "params.json").write_text(json.dumps(dict(dim=DIM, n_layers=LAYERS, n_heads=HEADS)))  # no kv
     target = directory / "out.safetensors"
-    assert run("port", directory / "consolidated.00.pth", target, "--preset", "meta-llama-to-hf",
+    assert cli("port", directory / "consolidated.00.pth", target, "--preset", "meta-llama-to-hf",
                "--kv-heads", KV_HEADS, "--rope-theta", THETA) == 0
     sidecar = json.loads((directory / "out.safetensors.rope.json").read_text())["rope"]
     assert sidecar["num_kv_heads"] == KV_HEADS and sidecar["base"] == THETA
@@ -214,7 +211,7 @@ def test_fused_qkv_gqa_partial_rotary(tmp_path, rotary_dim):
     save_safetensors(tmp_path / "src.safetensors", {"blocks.0.attn.qkv.weight": qkv,
                                                     "blocks.0.attn.proj.weight": qkv[:DIM]})
     extra = ["--rotary-dim", rotary_dim] if rotary_dim else []
-    assert run("port", tmp_path / "src.safetensors", tmp_path / "dst.safetensors",
+    assert cli("port", tmp_path / "src.safetensors", tmp_path / "dst.safetensors",
                "--split-qkv", "blocks.*.attn.qkv.weight=layers.*.q.weight,layers.*.k.weight,layers.*.v.weight",
                "--heads", HEADS, "--kv-heads", KV_HEADS, "--rope-from", "interleaved", "--rope-to", "half",
                "--rope-theta", 10000, *extra, "--json", tmp_path / "r.json") == 0
@@ -235,7 +232,7 @@ def test_learned_offset_resize_and_relative_reversal(tmp_path):
     distance = rng.standard_normal((2 * 16 - 1, 4)).astype(np.float32)  # HF relative_key, max_position 16
     np.savez(tmp_path / "src.npz", **{"pos.weight": roberta, "distance_embedding.weight": distance,
                                       "other.weight": roberta[:4]})
-    assert run("port", tmp_path / "src.npz", tmp_path / "a.npz", "--strip-offset", "pos.weight=2",
+    assert cli("port", tmp_path / "src.npz", tmp_path / "a.npz", "--strip-offset", "pos.weight=2",
                "--reverse", "distance_embedding.weight", "--json", tmp_path / "a.json") == 0
     a = np.load(tmp_path / "a.npz")
     np.testing.assert_array_equal(a["pos.weight"], roberta[2:])
@@ -243,17 +240,17 @@ def test_learned_offset_resize_and_relative_reversal(tmp_path):
     kinds = {c["kind"] for c in json.loads((tmp_path / "a.json").read_text())["checks"]}
     assert {"table", "relative"} <= kinds
     # to a Keras file: the relative embeddings are recomputed by posenc_tf on the written table too
-    assert run("port", tmp_path / "src.npz", tmp_path / "rel.weights.h5", "--drop", "*pos*", "--drop", "other*",
+    assert cli("port", tmp_path / "src.npz", tmp_path / "rel.weights.h5", "--drop", "*pos*", "--drop", "other*",
                "--rename", "distance_embedding.weight=layers/relative/vars/0", "--reverse", "distance_embedding.weight",
                "--json", tmp_path / "rel.json") == 0
     relative = [c for c in json.loads((tmp_path / "rel.json").read_text())["checks"] if c["kind"] == "relative"]
     assert [c["name"].split("(")[-1] for c in relative] == ["spec)", "tf)"] and all(c["passed"] for c in relative)
     # back to the offset convention (zero rows in front), and a resize to a longer context
-    assert run("port", tmp_path / "a.npz", tmp_path / "b.safetensors", "--add-offset", "pos.weight=2") == 0
+    assert cli("port", tmp_path / "a.npz", tmp_path / "b.safetensors", "--add-offset", "pos.weight=2") == 0
     b = open_reader(tmp_path / "b.safetensors").get("pos.weight")
     np.testing.assert_array_equal(b[2:], roberta[2:])
     assert not b[:2].any()
-    assert run("port", tmp_path / "a.npz", tmp_path / "c.npz", "--resize", "pos.weight=1024",
+    assert cli("port", tmp_path / "a.npz", tmp_path / "c.npz", "--resize", "pos.weight=1024",
                "--resize-method", "cubic") == 0
     np.testing.assert_array_equal(np.load(tmp_path / "c.npz")["pos.weight"],
                                   resize_table(roberta[2:], 1024, method="cubic"))
@@ -269,7 +266,7 @@ def test_rope_settings_from_hf_config_reach_verification_and_sidecar(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 32, "num_attention_heads": 4,
                                                       "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 50000.0,
                                                       "max_position_embeddings": 8192, "rope_scaling": scaling}))
-    assert run("port", tmp_path / "src.safetensors", tmp_path / "dst.safetensors", "--rope-q", "attn.q.weight",
+    assert cli("port", tmp_path / "src.safetensors", tmp_path / "dst.safetensors", "--rope-q", "attn.q.weight",
                "--rope-k", "attn.k.weight", "--heads", 4, "--kv-heads", 2, "--rope-from", "half",
                "--rope-to", "interleaved", "--hf-config", tmp_path / "config.json", "--json", tmp_path / "r.json") == 0
     report = json.loads((tmp_path / "r.json").read_text())
@@ -305,7 +302,7 @@ def test_t5x_preset_and_t5_bias_option(tmp_path):
                                  "pre_cross_attention_layer_norm": {"scale": np.ones(d, np.float32)},
                                  "pre_mlp_layer_norm": {"scale": np.ones(d, np.float32)}}}}}
     (tmp_path / "t5x.msgpack").write_bytes(flax_serialization.msgpack_serialize(tree))
-    assert run("port", tmp_path / "t5x.msgpack", tmp_path / "hf.safetensors", "--preset", "t5x-to-hf-t5",
+    assert cli("port", tmp_path / "t5x.msgpack", tmp_path / "hf.safetensors", "--preset", "t5x-to-hf-t5",
                "--json", tmp_path / "r.json") == 0
     hf = open_reader(tmp_path / "hf.safetensors")
     enc = tree["target"]["encoder"]
@@ -320,7 +317,7 @@ def test_t5x_preset_and_t5_bias_option(tmp_path):
         (stack, label, f"bidirectional={stack == 'encoder'}") for stack in ("encoder", "decoder")
         for label in ("spec)", "torch)")}  # the safetensors target is recomputed by posenc_torch
     # the generic option: back from HF [buckets, heads] to [heads, buckets]
-    assert run("port", tmp_path / "hf.safetensors", tmp_path / "back.npz", "--t5-bias",
+    assert cli("port", tmp_path / "hf.safetensors", tmp_path / "back.npz", "--t5-bias",
                "*relative_attention_bias.weight", "--t5-source-layout", "buckets-heads") == 0
     np.testing.assert_array_equal(
         np.load(tmp_path / "back.npz")["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
@@ -340,13 +337,13 @@ def test_formats_round_trip_preserve_dtypes(tmp_path, suffix):
              "c.bias": rng.standard_normal(5).astype(ml_dtypes.bfloat16)}
     save_safetensors(tmp_path / "src.safetensors", state)
     if suffix == ".npz":  # NumPy's format has no bfloat16: a clear refusal, nothing written
-        assert run("port", tmp_path / "src.safetensors", tmp_path / f"out{suffix}") == 2
+        assert cli("port", tmp_path / "src.safetensors", tmp_path / f"out{suffix}") == 2
         assert not (tmp_path / f"out{suffix}").exists() and not leftovers(tmp_path)
         state.pop("c.bias")
         save_safetensors(tmp_path / "src.safetensors", state)
     names = {"a.weight": "a/weight", "b.weight": "b/weight", "c.bias": "c/bias"}
     rename = [f"--rename={k}={v}" for k, v in names.items()] if suffix in (".weights.h5", ".msgpack") else []
-    assert run("port", tmp_path / "src.safetensors", tmp_path / f"out{suffix}", *rename) == 0
+    assert cli("port", tmp_path / "src.safetensors", tmp_path / f"out{suffix}", *rename) == 0
     back = open_reader(tmp_path / f"out{suffix}")
     for name, value in state.items():
         key = names[name] if rename else name
@@ -357,7 +354,7 @@ def test_formats_round_trip_preserve_dtypes(tmp_path, suffix):
 def test_transpose_is_explicit(tmp_path):
     w = np.arange(16, dtype=np.float32).reshape(4, 4)
     save_safetensors(tmp_path / "src.safetensors", {"q.weight": w, "k.weight": w})
-    assert run("port", tmp_path / "src.safetensors", tmp_path / "out.npz", "--transpose", "q.*") == 0
+    assert cli("port", tmp_path / "src.safetensors", tmp_path / "out.npz", "--transpose", "q.*") == 0
     out = np.load(tmp_path / "out.npz")
     np.testing.assert_array_equal(out["q.weight"], w.T)
     np.testing.assert_array_equal(out["k.weight"], w)
@@ -430,7 +427,7 @@ def test_failures_exit_2_with_one_message_and_nothing_written(tmp_path, meta_dir
     argv, needle = _failure_cases(tmp_path, meta_dir)[case]
     before = {p: sorted(os.listdir(p)) for p in (tmp_path, meta_dir[0])}
     source_bytes = (meta_dir[0] / "consolidated.safetensors").read_bytes()
-    assert run(*argv) == 2
+    assert cli(*argv) == 2
     captured = capsys.readouterr()
     assert needle in captured.err and "Traceback" not in captured.err + captured.out
     assert "unpickled!" not in captured.out

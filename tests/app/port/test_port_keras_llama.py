@@ -21,7 +21,7 @@ keras_hub = pytest.importorskip("keras_hub", reason="keras-hub 0.32.0 (requireme
                                 "LlamaBackbone of the keras presets")
 h5py = pytest.importorskip("h5py")
 
-from posenc import cli  # noqa: E402
+from helpers import cli  # noqa: E402
 from posenc.errors import UsageError  # noqa: E402
 from posenc.port.presets.keras_llama import keras_hub_llama_config  # noqa: E402
 from posenc_np.rope import permute_qk_rows  # noqa: E402
@@ -33,9 +33,6 @@ SMALL = dict(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_la
              num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5)
 SEQ = 200  # beyond the original context 64: the llama3 low band and the smooth band are exercised
 
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +51,7 @@ def ported(tmp_path_factory):
     model.save_pretrained(tmp / "hf", max_shard_size="40KB")
     assert len([n for n in os.listdir(tmp / "hf") if n.endswith(".safetensors")]) > 1
     target = tmp / "llama.weights.h5"
-    assert run("port", tmp / "hf", target, "--preset", "hf-llama-to-keras", "--json", tmp / "r.json") == 0
+    assert cli("port", tmp / "hf", target, "--preset", "hf-llama-to-keras", "--json", tmp / "r.json") == 0
     sidecar = json.loads((tmp / "llama.weights.h5.rope.json").read_text())
     backbone = keras_hub.models.LlamaBackbone(**sidecar["keras_hub"]["config"], dtype="float32")
     backbone.load_weights(str(target))  # Keras 3's own loader: proves the layout, not just the numbers
@@ -164,7 +161,7 @@ def test_keras_preset_back_to_hf(ported, tmp_path):
     preset = tmp_path / "preset"
     ported["backbone"].save_to_preset(str(preset))
     back = tmp_path / "back"
-    assert run("port", preset / "model.weights.h5", f"{back}/", "--preset", "keras-to-hf-llama") == 0
+    assert cli("port", preset / "model.weights.h5", f"{back}/", "--preset", "keras-to-hf-llama") == 0
     reloaded = transformers.LlamaForCausalLM.from_pretrained(back).eval()
     original = ported["model"].state_dict()
     for name, tensor in reloaded.state_dict().items():

@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 mx = pytest.importorskip("mlx.core", reason="mlx[cpu] 0.32.4 runs mlx-lm's model classes")
 mlx_utils = pytest.importorskip("mlx_lm.utils", reason="mlx-lm 0.32.2 (requirements-nodeps.txt) is the judge")
 
-from posenc import cli  # noqa: E402
+from helpers import cli  # noqa: E402
 from posenc.modelspec.runtimes import runtime_spec  # noqa: E402
 from posenc.port import mapping  # noqa: E402
 from posenc_np.rope import permute_qk_rows  # noqa: E402
@@ -34,9 +34,6 @@ LLAMA3 = {"rope_type": "llama3", "rope_theta": 50000.0, "factor": 8.0, "low_freq
 GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
 
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 def _config(family, **over):
@@ -95,7 +92,7 @@ def ported(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"mlx_{family}")
     model = _save(family, tmp / "hf")
     target = tmp / "mlx"
-    assert run("port", tmp / "hf", f"{target}/", "--preset", f"hf-{family}-to-mlx", "--json", tmp / "r.json") == 0
+    assert cli("port", tmp / "hf", f"{target}/", "--preset", f"hf-{family}-to-mlx", "--json", tmp / "r.json") == 0
     return dict(family=family, tmp=tmp, model=model, target=target, desired=_hf_logits(model),
                 report=json.loads((tmp / "r.json").read_text()))
 
@@ -151,7 +148,7 @@ def test_interleaving_converter_fails_verification(tmp_path, monkeypatch):
     model = _save("qwen2", tmp_path / "hf")
     monkeypatch.setattr(mapping, "permute_qk_rows",
                         lambda w, n, **k: permute_qk_rows(w, n, source="half", target="interleaved"))
-    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-qwen2-to-mlx") == 1
+    assert cli("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-qwen2-to-mlx") == 1
     kept = tmp_path / "mlx.unverified"
     assert kept.is_dir() and not (tmp_path / "mlx").exists()
     desired = _hf_logits(model)
@@ -169,7 +166,7 @@ def test_interleaving_converter_fails_verification(tmp_path, monkeypatch):
 def test_refused_when_mlx_lm_would_compute_something_else(tmp_path, capsys, family, over, reason):
     _save(family, tmp_path / "hf", **over)
     capsys.readouterr()  # save_pretrained's progress bar
-    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", f"hf-{family}-to-mlx") == 2
+    assert cli("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", f"hf-{family}-to-mlx") == 2
     err = capsys.readouterr().err
     assert reason in err and "\n" not in err.strip()
     assert not (tmp_path / "mlx").exists()
@@ -178,7 +175,7 @@ def test_refused_when_mlx_lm_would_compute_something_else(tmp_path, capsys, fami
 def test_a_file_target_is_refused(tmp_path, capsys):
     _save("qwen2", tmp_path / "hf")
     capsys.readouterr()
-    assert run("port", tmp_path / "hf", tmp_path / "m.safetensors", "--preset", "hf-qwen2-to-mlx") == 2
+    assert cli("port", tmp_path / "hf", tmp_path / "m.safetensors", "--preset", "hf-qwen2-to-mlx") == 2
     assert "safetensors-dir" in capsys.readouterr().err
 
 
@@ -187,7 +184,7 @@ def test_gemma3_embedding_scale_is_bfloat16_in_mlx_lm(tmp_path):
     sidecar says so; mlx-lm's logits then differ beyond float32 rounding, and transformers with its scale set to
     the bfloat16 value agrees with mlx-lm again: that scale is the whole difference."""
     model = _save("gemma3", tmp_path / "hf", hidden_size=48)
-    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-gemma3-to-mlx") == 0
+    assert cli("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-gemma3-to-mlx") == 0
     sidecar = json.loads((tmp_path / "mlx.rope.json").read_text())
     assert any("bfloat16(sqrt(48)) = 6.9375" in f for f in sidecar["mlx_lm"]["findings"])
     actual, desired = _mlx_logits(tmp_path / "mlx"), _hf_logits(model)
@@ -210,7 +207,7 @@ def test_other_scalings_mlx_lm_computes_as_transformers(tmp_path, rope_parameter
     """The scalings posenc's mlx reading calls equal (YaRN without attention_factor / truncate) are ported, and
     mlx-lm's logits equal transformers' on them."""
     model = _save("llama", tmp_path / "hf", rope_parameters=rope_parameters, max_position_embeddings=context)
-    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-llama-to-mlx") == 0
+    assert cli("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-llama-to-mlx") == 0
     desired = _hf_logits(model)
     result = compare(_mlx_logits(tmp_path / "mlx"), desired, _tolerance(desired))
     print(f"llama {rope_parameters['rope_type']}: max |mlx-lm - transformers| = {result.max_abs_err:.3g}")
@@ -227,7 +224,7 @@ def test_a_config_without_rope_theta_is_refused(tmp_path, capsys):
     config["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
     path.write_text(json.dumps(config))
     capsys.readouterr()
-    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-qwen2-to-mlx") == 2
+    assert cli("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-qwen2-to-mlx") == 2
     assert "no rope_theta" in capsys.readouterr().err
     assert not (tmp_path / "mlx").exists()
 
@@ -245,7 +242,7 @@ def test_a_transformers_4_gemma3_config_ports(tmp_path):
     path.write_text(json.dumps(config))
     model = transformers.Gemma3ForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert model.config.layer_types == ["sliding_attention", "full_attention"] * 2
-    assert run("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-gemma3-to-mlx") == 0
+    assert cli("port", tmp_path / "hf", f"{tmp_path / 'mlx'}/", "--preset", "hf-gemma3-to-mlx") == 0
     desired = _hf_logits(model)
     assert compare(_mlx_logits(tmp_path / "mlx"), desired, _tolerance(desired)).passed
 
@@ -253,7 +250,7 @@ def test_a_transformers_4_gemma3_config_ports(tmp_path):
 def test_a_directory_target_is_taken_as_named_without_a_trailing_slash(tmp_path):
     """`posenc port hf_dir mlx_out --preset hf-llama-to-mlx`, as a new user types it, writes the directory."""
     model = _save("llama", tmp_path / "hf")
-    assert run("port", tmp_path / "hf", tmp_path / "mlx_out", "--preset", "hf-llama-to-mlx") == 0
+    assert cli("port", tmp_path / "hf", tmp_path / "mlx_out", "--preset", "hf-llama-to-mlx") == 0
     assert (tmp_path / "mlx_out" / "config.json").is_file()
     desired = _hf_logits(model)
     assert compare(_mlx_logits(tmp_path / "mlx_out"), desired, _tolerance(desired)).passed
@@ -262,6 +259,6 @@ def test_a_directory_target_is_taken_as_named_without_a_trailing_slash(tmp_path)
 def test_an_unknown_target_names_every_accepted_form(tmp_path, capsys):
     _save("llama", tmp_path / "hf")
     capsys.readouterr()
-    assert run("port", tmp_path / "hf", tmp_path / "out.weird") == 2
+    assert cli("port", tmp_path / "hf", tmp_path / "out.weird") == 2
     err = capsys.readouterr().err
     assert ".safetensors" in err and ".gguf" in err and "checkpoint directory" in err

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from posenc import cli as port_cli
+from helpers import cli
 from posenc.port import mapping
 from posenc.port.checks import mrope_probes
 
@@ -17,9 +17,6 @@ PROBES = mrope_probes(np.arange(10))
 
 pytest.importorskip("safetensors")
 
-
-def run(*argv):
-    return port_cli.main([str(a) for a in argv])
 
 
 def _source(tmp_path, model_type, section, interleaved=None):
@@ -38,7 +35,7 @@ def _source(tmp_path, model_type, section, interleaved=None):
 
 
 def _port(tmp_path, *extra):
-    return run("port", tmp_path / "src.safetensors", tmp_path / "dst.safetensors", "--rope-q", "attn.q.weight",
+    return cli("port", tmp_path / "src.safetensors", tmp_path / "dst.safetensors", "--rope-q", "attn.q.weight",
                "--rope-k", "attn.k.weight", "--heads", 4, "--kv-heads", 2, "--rope-from", "half", "--rope-to",
                "interleaved", "--hf-config", tmp_path / "config.json", "--json", tmp_path / "r.json", *extra)
 
@@ -77,4 +74,4 @@ def test_bad_section_is_bad_usage(tmp_path, capsys):
     _source(tmp_path, "qwen2_vl", [2, 3, 3])
     assert _port(tmp_path, "--mrope-section", "16,24,24") == 2
     assert "sums to 64 pairs" in capsys.readouterr().err
-    assert run("port", tmp_path / "src.safetensors", tmp_path / "x.safetensors", "--mrope-interleaved") == 2
+    assert cli("port", tmp_path / "src.safetensors", tmp_path / "x.safetensors", "--mrope-interleaved") == 2

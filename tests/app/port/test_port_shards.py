@@ -11,7 +11,7 @@ import stat
 import numpy as np
 import pytest
 
-from posenc import cli
+from helpers import cli
 from posenc.formats import open_reader
 
 torch = pytest.importorskip("torch")
@@ -57,9 +57,6 @@ def save_safetensors(path, state):
     save_file(state, str(path))
 
 
-def run(*argv):
-    return cli.main([str(a) for a in argv])
-
 
 @pytest.fixture(scope="module")
 def hf_sharded(tmp_path_factory):
@@ -89,7 +86,7 @@ def test_directory_and_index_sources_and_save_pretrained_shards(hf_sharded, tmp_
 
     saved = os.umask(0o022)
     try:
-        assert run("port", source, f"{tmp_path / 'copy'}/", "--max-shard-size", "20KB") == 0
+        assert cli("port", source, f"{tmp_path / 'copy'}/", "--max-shard-size", "20KB") == 0
     finally:
         os.umask(saved)
     ours = json.loads((tmp_path / "copy" / "model.safetensors.index.json").read_text())
@@ -107,13 +104,13 @@ def test_directory_and_index_sources_and_save_pretrained_shards(hf_sharded, tmp_
     with torch.no_grad():
         np.testing.assert_array_equal(reloaded(tokens).logits.numpy(), model(tokens).logits.numpy())
     # a .safetensors TARGET above the limit: NAME-0000i-of-0000n shards and NAME.safetensors.index.json beside it
-    assert run("port", source, tmp_path / "flat" / "model.safetensors", "--max-shard-size", "20KB") == 2  # no dir
+    assert cli("port", source, tmp_path / "flat" / "model.safetensors", "--max-shard-size", "20KB") == 2  # no dir
     (tmp_path / "flat").mkdir()
-    assert run("port", source, tmp_path / "flat" / "model.safetensors", "--max-shard-size", "20KB") == 0
+    assert cli("port", source, tmp_path / "flat" / "model.safetensors", "--max-shard-size", "20KB") == 0
     names = sorted(os.listdir(tmp_path / "flat"))
     assert names == sorted(list(set(index["weight_map"].values())) + ["model.safetensors.index.json"])
     # under the limit it stays one file
-    assert run("port", source, tmp_path / "one.safetensors", "--max-shard-size", "5GB") == 0
+    assert cli("port", source, tmp_path / "one.safetensors", "--max-shard-size", "5GB") == 0
     assert set(open_reader(tmp_path / "one.safetensors").names()) == set(index["weight_map"])
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".posenc-")]
 
@@ -130,10 +127,10 @@ def test_meta_model_parallel_shards_are_merged(tmp_path):
         (d / "params.json").write_text(params)
     save_safetensors(whole / "consolidated.safetensors", state)
     write_meta_shards(split, state)
-    assert run("port", whole / "consolidated.safetensors", tmp_path / "a.safetensors",
+    assert cli("port", whole / "consolidated.safetensors", tmp_path / "a.safetensors",
                "--preset", "meta-llama-to-hf") == 0
-    assert run("port", split, tmp_path / "b.safetensors", "--preset", "meta-llama-to-hf") == 0
-    assert run("port", split / "consolidated.00.pth", tmp_path / "c.safetensors", "--preset", "meta-llama-to-hf") == 0
+    assert cli("port", split, tmp_path / "b.safetensors", "--preset", "meta-llama-to-hf") == 0
+    assert cli("port", split / "consolidated.00.pth", tmp_path / "c.safetensors", "--preset", "meta-llama-to-hf") == 0
     a, b, c = (open_reader(tmp_path / f"{x}.safetensors") for x in "abc")
     for name in a.names():
         np.testing.assert_array_equal(b.get(name), a.get(name), err_msg=name)
@@ -175,7 +172,7 @@ def test_shard_failures_exit_2(hf_sharded, tmp_path, capsys):
     ]
     before = sorted(os.listdir(tmp_path))
     for argv, needle in cases:
-        assert run(*argv) == 2, argv
+        assert cli(*argv) == 2, argv
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (argv, err)
     assert sorted(os.listdir(tmp_path)) == before
