@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import FAST
 from posenc import adapters, quiet
 from posenc.cli import main
 
-FAST = ["--mode", "eager", "--quiet"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -297,7 +297,7 @@ def test_planted_mismatch_turns_the_run_red(plant, backend, monkeypatch, capsys)
     make, family = PLANTS[plant]
     name, planted = make(backend.module)
     monkeypatch.setattr(backend.module, name, planted)
-    code = main(["check", "--encoding", family, "--backend", backend.name, "--dtype", "float32", *FAST, "--jobs", "1"])
+    code = main(["check", "--encoding", family, "--backend", backend.name, "--dtype", "float32", *FAST])
     out = capsys.readouterr().out
     assert code == 1, out
     failures = out.split("PASSED")[0]

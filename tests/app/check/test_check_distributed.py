@@ -13,9 +13,10 @@ import json
 import pytest
 
 import posenc.check.distributed as distributed
+from helpers import FAST
 from posenc.cli import main
 
-FAST = ["--encoding", "learned", "--backend", "jax", "--dtype", "float32", "--mode", "eager", "--quiet"]
+LEARNED_ON_JAX = ["--encoding", "learned", "--backend", "jax", "--dtype", "float32", *FAST]
 NONE = {"all-gather": 0, "all-to-all": 0, "collective-permute": 0, "reduce-scatter": 0, "all-reduce": 0}
 
 
@@ -42,7 +43,7 @@ def test_distributed_records_join_json_and_markdown(tmp_path, monkeypatch, capsy
     calls = []
     monkeypatch.setattr(distributed, "run_distributed", _fake_run(_raw(), calls))
     report, table = tmp_path / "r.json", tmp_path / "r.md"
-    code = main(["check", *FAST, "--distributed", "--json", str(report), "--markdown", str(table)])
+    code = main(["check", *LEARNED_ON_JAX, "--distributed", "--json", str(report), "--markdown", str(table)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert calls == [["jax"]]  # --backend jax: the torch runtime is not started
@@ -66,7 +67,7 @@ def test_failing_sharded_check_fails_the_run_and_reports(tmp_path, monkeypatch, 
     calls = []
     monkeypatch.setattr(distributed, "run_distributed", _fake_run(_raw("fail", 0.5), calls))
     report = tmp_path / "r.json"
-    assert main(["check", *FAST, "--backend", "torch", "--distributed", "--json", str(report)]) == 1
+    assert main(["check", *LEARNED_ON_JAX, "--backend", "torch", "--distributed", "--json", str(report)]) == 1
     assert calls == [["jax", "torch"]]
     failed = [r for r in json.loads(report.read_text())["records"] if r["status"] == "fail"]
     assert [(r["family"], r["case"], r["max_abs_err"]) for r in failed] == [
@@ -77,9 +78,9 @@ def test_failing_sharded_check_fails_the_run_and_reports(tmp_path, monkeypatch, 
 def test_required_runtime_missing_is_an_error(monkeypatch, capsys):
     skip = [{"check": "torch-runtime", "runtime": "torch", "status": "skip", "message": "not installed"}]
     monkeypatch.setattr(distributed, "run_distributed", _fake_run(skip, []))
-    fast_torch = [a if a != "jax" else "torch" for a in FAST]
-    assert main(["check", *fast_torch, "--distributed"]) == 0  # not installed: a skip
-    assert main(["check", *fast_torch, "--distributed", "--require", "torch"]) == 1
+    learned_on_torch = [a if a != "jax" else "torch" for a in LEARNED_ON_JAX]
+    assert main(["check", *learned_on_torch, "--distributed"]) == 0  # not installed: a skip
+    assert main(["check", *learned_on_torch, "--distributed", "--require", "torch"]) == 1
     assert "required runtime torch is not installed" in capsys.readouterr().out
 
 

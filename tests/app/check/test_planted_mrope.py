@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 import posenc_np
+from helpers import FAST
 from posenc import adapters
 from posenc.check.cases_mrope import mixed_prompt_positions
 from posenc.cli import main
 from posenc.port.doctor import diagnose
 from posenc_np.conventions import conventions
-
-FAST = ["--mode", "eager", "--quiet"]
 
 
 def _ops(module):
@@ -107,8 +106,7 @@ def test_planted_mrope_mismatch_turns_the_run_red(plant, backend_name, monkeypat
     make, convention, _ = PLANTS[plant]
     name, planted = make(adapter.module)
     monkeypatch.setattr(adapter.module, name, planted)
-    code = main(["check", "--encoding", convention, "--backend", backend_name, "--dtype", "float32", *FAST,
-                 "--jobs", "1"])
+    code = main(["check", "--encoding", convention, "--backend", backend_name, "--dtype", "float32", *FAST])
     out = capsys.readouterr().out
     assert code == 1, out
     failures = out.split("PASSED")[0]

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import FAST
 from posenc import adapters
 from posenc.cli import main
-
-FAST = ["--mode", "eager", "--dtype", "float32", "--quiet", "--jobs", "1"]
 
 
 def _global_on_sliding(module):
@@ -59,7 +58,7 @@ def test_planted_schedule_mismatch_turns_the_run_red(plant, monkeypatch, capsys)
         pytest.skip(f"{backend_name} not installed")
     name, planted = make(adapter.module)
     monkeypatch.setattr(adapter.module, name, planted)
-    code = main(["check", "--encoding", convention, "--backend", backend_name, *FAST])
+    code = main(["check", "--encoding", convention, "--backend", backend_name, "--dtype", "float32", *FAST])
     out = capsys.readouterr().out
     assert code == 1, out
     rows = [line.split() for line in out.split("PASSED")[0].splitlines()]

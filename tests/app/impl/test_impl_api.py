@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 import posenc_np
+from helpers import FAST
 from posenc.check.registry import all_cases
 from posenc.check.run_impl import run_implementations
 from posenc.cli import main
@@ -18,7 +19,6 @@ from posenc.impl.builtin import BUILTINS, builtin_status
 from posenc.impl.resolve import ImplementationSpecError, resolve, split_env
 
 CASES = {c.id: c for c in all_cases()}
-QUIET = ["--quiet"]
 
 
 def _spec_rope(x, positions, **kw):
@@ -153,7 +153,7 @@ def test_split_env_keeps_colons_in_specs():
 ])
 def test_bad_impl_usage_exits_2_naming_it(user_file, capsys, argv, words):
     argv = [a.format(dir=user_file.parent, file=user_file) for a in argv]
-    assert main(["check", *argv, "--encoding", "rope", *QUIET]) == 2
+    assert main(["check", *argv, "--encoding", "rope", "--quiet"]) == 2  # bad usage: nothing runs
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
 
@@ -171,7 +171,7 @@ def test_impl_list_shows_every_builtin(capsys):
 def test_impl_runs_only_the_named_implementation_and_writes_its_records(user_file, tmp_path, capsys):
     report = tmp_path / "r.json"
     assert main(["check", "--impl", str(user_file), "--encoding", "hf-llama", "--dtype", "float32",
-                 "--json", str(report), *QUIET]) == 0
+                 "--json", str(report), *FAST]) == 0
     data = json.loads(report.read_text())
     assert {r["backend"] for r in data["records"]} == {"user-spec"}
     assert {r["impl"] for r in data["records"]} == {"9"}
@@ -184,14 +184,14 @@ def test_impl_runs_only_the_named_implementation_and_writes_its_records(user_fil
 def test_backend_runs_posenc_alongside(user_file, tmp_path):
     report = tmp_path / "r.json"
     assert main(["check", "--impl", str(user_file), "--backend", "torch", "--encoding", "hf-llama", "--dtype",
-                 "float32", "--mode", "eager", "--json", str(report), *QUIET]) == 0
+                 "float32", "--mode", "eager", "--json", str(report), *FAST]) == 0
     assert {r["backend"] for r in json.loads(report.read_text())["records"]} == {"user-spec", "torch"}
 
 
 def test_posenc_impl_environment_variable(user_file, tmp_path, monkeypatch):
     monkeypatch.setenv("POSENC_IMPL", f"{user_file}:BOTH")
     report = tmp_path / "r.json"
-    assert main(["check", "--encoding", "hf-llama", "--dtype", "float32", "--json", str(report), *QUIET]) == 0
+    assert main(["check", "--encoding", "hf-llama", "--dtype", "float32", "--json", str(report), *FAST]) == 0
     assert {r["backend"] for r in json.loads(report.read_text())["records"]} == {"user-spec", "user-two"}
 
 
@@ -208,7 +208,7 @@ def test_a_failing_implementation_exits_1_with_its_diagnosis(tmp_path, capsys):
     """))
     report = tmp_path / "r.json"
     assert main(["check", "--impl", str(path), "--encoding", "hf-llama", "--dtype", "float32",
-                 "--json", str(report), *QUIET]) == 1
+                 "--json", str(report), *FAST]) == 1
     out = capsys.readouterr().out
     assert "diagnosis: layout: your outputs equal the spec with layout='interleaved'" in out
     records = json.loads(report.read_text())["records"]
@@ -243,7 +243,7 @@ def test_a_crashing_or_hanging_implementation_is_reported_and_the_others_kept(tm
     good.write_text(textwrap.dedent(USER_MODULE))
     report = tmp_path / "r.json"
     assert main(["check", "--impl", f"{path}:CRASH", "--impl", f"{path}:HANG", "--impl", str(good), "--encoding",
-                 "hf-llama", "--dtype", "float32", "--timeout", "60", "--json", str(report), *QUIET]) == 1
+                 "hf-llama", "--dtype", "float32", "--timeout", "60", "--json", str(report), "--quiet"]) == 1
     records = json.loads(report.read_text())["records"]
     by = {name: [r for r in records if r["backend"] == name] for name in ("crashes", "hangs", "user-spec")}
     assert len(by["crashes"]) == len(by["hangs"]) == len(by["user-spec"]) == 6
