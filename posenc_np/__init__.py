@@ -8,7 +8,7 @@ from .alibi import alibi_bias, alibi_slopes
 from .attention import attention
 from .conventions import Convention, conventions
 
-# research encodings (issue 17)
+# research encodings
 from .cope import cope
 from .deberta import build_relative_position, make_log_bucket_position
 from .dynamic import dynamic_position_encoding, nope

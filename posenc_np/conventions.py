@@ -32,7 +32,7 @@ FAMILY_OF_ENCODING = {
     "cp_shard": "packing",
     "cp_unshard": "packing",
     "rerotate": "packing",
-    # research encodings (issue 17)
+    # research encodings
     "dynamic_position_encoding": "dynamic",
     "nope": "nope",
     "apply_xpos": "xpos",
@@ -43,7 +43,7 @@ FAMILY_OF_ENCODING = {
     "randomized_positions": "randomized",
     "make_log_bucket_position": "deberta",
     "build_relative_position": "deberta",
-    # per-layer schedules, MLA, attention temperature (issue 13)
+    # per-layer schedules, MLA, attention temperature
     "rope_schedule_from_hf_config": "schedule",
     "apply_mla_rope": "mla",
     "llama4_attn_scale": "temperature",
@@ -250,7 +250,7 @@ _ALL = [
 ]
 
 _ALL += [
-    # --- research encodings (issue 17; pe-conventions.md section 7, landscape 1.5) ---
+    # --- research encodings (pe-conventions.md section 7, landscape 1.5) ---
     Convention("nope", "nope", {}, source="Kazemnejad et al. 2023 (arXiv:2305.19466); HF Llama4 no_rope_layers",
                notes="No positional encoding; the causal mask is the only positional signal."),
     Convention("dynamic-linear", "dynamic_position_encoding", {"layout": "interleaved", "denominator": "dim"},

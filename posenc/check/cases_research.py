@@ -1,4 +1,4 @@
-"""Suite cases for the research encodings (issue 17): the dynamic encoding, NoPE, xPos, KERPLE, Sandwich,
+"""Suite cases for the research encodings: the dynamic encoding, NoPE, xPos, KERPLE, Sandwich,
 FIRE, CoPE, randomized positions, DeBERTa buckets, and gradients for their trainable parameters.
 
 Tolerances follow `posenc_np.testing.tolerance`; each `_tol_*` says what bounds the float32 error.

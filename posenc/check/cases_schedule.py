@@ -1,4 +1,4 @@
-"""Suite cases for per-layer position schedules (issue 13): Gemma-style local/global RoPE, Llama-4-style NoPE
+"""Suite cases for per-layer position schedules: Gemma-style local/global RoPE, Llama-4-style NoPE
 layers with the query temperature, and the decoupled RoPE of multi-head latent attention (MLA).
 
 Families (`posenc check --encoding schedule,temperature,mla`):

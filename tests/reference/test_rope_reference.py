@@ -37,7 +37,7 @@ def _longrope(n):
             "long_factor": (2 + 6 * rng.random(n)).tolist()}
 
 
-# (id, HF rope_parameters without rope_theta, rope_theta, partial_rotary_factor, top-level extras)
+# (id, HF rope_parameters without rope_theta, rope_theta, partial_rotary_factor)
 HF_CASES = [
     ("default", {"rope_type": "default"}, 10000.0, None),
     ("default-partial", {"rope_type": "default"}, 10000.0, 0.5),

@@ -39,7 +39,7 @@ def test_module_doctests(name):
                                  + "".join(report))
 
 
-#: Public functions still without an example (2026-12): strict xfails, so the test fails once the example
+#: Public functions still without an example: strict xfails, so the test fails once the example
 #: lands, until the name is dropped here. A new public function without an example fails.
 MISSING_EXAMPLES = {"attention", "permute_qk_rows", "resize_weights", "scaling_from_hf_config", "tolerance",
                     "xpos_scale"}

@@ -5,8 +5,9 @@ running the pickle's code.
 
 All files go through ONE child process (`posenc.cli.main(["port", FILE, OUT])` per file) under RLIMIT_AS
 (4 GiB: an allocation sized from a hostile header fails instead of taking the machine); the child reports
-each exit status and message and its peak RSS (`ru_maxrss`), which must stay under 1 GiB (the frameworks'
-import is ~300 MiB; a 16-EiB shape read as a real size would be far beyond either).
+each exit status and message and how far its peak RSS (`ru_maxrss`) grew over its baseline with every
+reader's library imported, which must stay under `RSS_BOUND_MIB` (512 MiB; a 16-EiB shape read as a real
+size would be far beyond it).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Regenerate tests/golden/golden.npz: small reference arrays taken from code outside posenc.
+"""Regenerate tests/spec/golden/golden.npz: small reference arrays taken from code outside posenc.
 
 Each array is computed by an external reference (the published formula restated in float64 NumPy,
 PyTorch's F.interpolate, Hugging Face transformers' RoPE and T5 code), never by posenc itself, so a
-change to the spec that moves a number is caught by tests/test_golden.py. PROVENANCE below is
+change to the spec that moves a number is caught by tests/spec/test_golden.py. PROVENANCE below is
 written into the file beside each array.
 
-Run from the project root:  python tests/golden/make_golden.py
+Run from the project root:  python tests/spec/golden/make_golden.py
 """
 
 from __future__ import annotations
