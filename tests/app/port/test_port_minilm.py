@@ -136,15 +136,9 @@ def test_embeddings_agree_across_torch_jax_keras(minilm, flax_port, keras_port):
         assert result.passed, (name, result)
 
 
-@pytest.mark.parametrize("backend_name", ["torch", "tf", "jax"])
-def test_position_table_resized_identically(minilm, backend_name):
-    from posenc.adapters import adapter
-
-    ad = adapter(backend_name)
-    if not ad.available():
-        pytest.skip(f"{backend_name} is not installed")
+def test_position_table_resized_identically(minilm, backend):
     table = np.array(minilm[1].get(POSITION))
-    got = ad.to_numpy(ad.module.resize_table(ad.from_numpy(table), NEW_LEN))
+    got = backend.to_numpy(backend.module.resize_table(backend.from_numpy(table), NEW_LEN))
     desired = resize_table(table.astype(np.float64), NEW_LEN)
     assert got.shape == (NEW_LEN, 384)
     assert compare(got, desired, tolerance("float32", scale=np.abs(table).max())).passed
