@@ -20,13 +20,10 @@ import argparse
 import datetime
 import os
 import platform
-import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _timing import timed_group, write_between_markers  # noqa: E402
+from _timing import timed_group, write_between_markers
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 

@@ -43,12 +43,12 @@ def test_every_entry_and_exclusion_names_an_exported_name():
 def test_exclusions_are_what_no_draw_can_call():
     """An exclusion is reasoned when the name is not something a fuzz draw could call: no function (every
     public function takes arguments a draw can make) and no backend class (the module classes have
-    entries); what is left is spec-only data and record types. The reason says what it is."""
+    entries); what is left is spec-only data and record types. The reason is prose for the reader, not
+    checked: what is checked is that the name is not something a draw could call."""
     assert not set(EXCLUDED) & set(ENTRIES), f"both drawn and excluded: {sorted(set(EXCLUDED) & set(ENTRIES))}"
     spec = _exports("posenc_np")
     backend_names = set().union(*(_exports(package) for package in PACKAGES[1:]))
-    for name, reason in EXCLUDED.items():
+    for name in EXCLUDED:
         assert name in spec, f"{name}: an exclusion must be a spec name (backend names are drawn)"
         assert not inspect.isfunction(spec[name]), f"{name} is a function: give it a fuzz entry"
         assert name not in backend_names, f"{name} is exported by a backend: give it a fuzz entry"
-        assert len(reason.split()) >= 8, f"{name}: the reason {reason!r} does not say what the object is"
