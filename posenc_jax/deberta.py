@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_np.backend import check_integer_positions, check_traced_integer
+from posenc_np.backend import check_integer_dtype, check_integer_positions, check_traced_integer
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
 from ._common import TRACE, is_tracing, position_pair
@@ -28,6 +28,8 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
     """int32 DeBERTa buckets; see `posenc_np.make_log_bucket_position`."""
     check_deberta_args(bucket_size, max_position, required=True)
     relative = jnp.asarray(relative_pos)
+    if relative.dtype == jnp.bool_ or jnp.issubdtype(relative.dtype, jnp.complexfloating):  # the spec's TypeError
+        check_integer_dtype("relative_pos", relative.dtype, False)
     if jnp.issubdtype(relative.dtype, jnp.floating):
         if is_tracing(relative):
             check_traced_integer("relative_pos", relative.dtype, is_floating=True, where=TRACE)

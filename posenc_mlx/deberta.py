@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from posenc_np.backend import check_integer_dtype
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
 from ._common import as_tensor, integer_values, is_floating, position_pair
@@ -26,6 +27,8 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
     """int32 DeBERTa buckets; see `posenc_np.make_log_bucket_position`."""
     check_deberta_args(bucket_size, max_position, required=True)
     relative = as_tensor(relative_pos)
+    if relative.dtype in (mx.bool_, mx.complex64):  # the spec's TypeError (check_integer_positions)
+        check_integer_dtype("relative_pos", relative.dtype, False)
     if is_floating(relative):
         relative = integer_values("relative_pos", relative)
     return _log_bucket(relative, bucket_size, max_position).astype(mx.int32)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_np.backend import check_integer_positions, check_traced_integer
+from posenc_np.backend import check_integer_dtype, check_integer_positions, check_traced_integer
 from posenc_np.deberta import check_deberta_args, deberta_log_range
 
 from ._common import TRACE, as_tensor, is_tracing, position_pair
@@ -26,6 +26,8 @@ def make_log_bucket_position(relative_pos, bucket_size, max_position):
     """int32 DeBERTa buckets; see `posenc_np.make_log_bucket_position` (HF's own code is torch)."""
     check_deberta_args(bucket_size, max_position, required=True)
     relative = as_tensor(relative_pos)
+    if relative.dtype == torch.bool or relative.is_complex():
+        check_integer_dtype("relative_pos", relative.dtype, False)
     if relative.is_floating_point():
         if is_tracing(relative):
             check_traced_integer("relative_pos", relative.dtype, is_floating=True, where=TRACE)
