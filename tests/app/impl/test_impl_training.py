@@ -133,7 +133,9 @@ def test_a_kernel_that_writes_its_input_unversioned_but_harmlessly_is_named():
     assert got["aliasing"] == ("fail", "in-place-unversioned"), got
 
 
-def test_a_backward_that_overwrites_the_incoming_gradient_is_named():
+def kernel_without_table_gradients(*, zero_cotangent=False):
+    """An HF-signature autograd.Function kernel whose backward returns no gradient for cos/sin (and, with
+    `zero_cotangent`, zeroes the incoming gradient's memory after using it)."""
     class Rope(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, cos, sin):
@@ -144,12 +146,18 @@ def test_a_backward_that_overwrites_the_incoming_gradient_is_named():
         def backward(ctx, gq, gk):
             cos, sin = ctx.saved_tensors
             out = hf_kernel(gq, gk, cos, -sin)
-            gq.data.zero_()  # the kernel reuses the incoming gradient's memory
+            if zero_cotangent:
+                gq.data.zero_()  # the kernel reuses the incoming gradient's memory
             return out[0], out[1], None, None
 
     def kernel(q, k, cos, sin, unsqueeze_dim=1):
         return Rope.apply(q, k, cos, sin) if unsqueeze_dim == 1 else hf_kernel(q, k, cos, sin, unsqueeze_dim)
 
+    return kernel
+
+
+def test_a_backward_that_overwrites_the_incoming_gradient_is_named():
+    kernel = kernel_without_table_gradients(zero_cotangent=True)
     impl = Implementation.from_rotary_kernel(kernel, "planted", table_grads=False)
     (record,) = run_implementations([c for c in TRAINING if c.case_set == "aliasing"], [impl], dtypes=["float32"])
     # the zeroed gradient buffer is also what autograd sums the upstream gradient in: both are named
@@ -159,20 +167,7 @@ def test_a_backward_that_overwrites_the_incoming_gradient_is_named():
 
 
 def test_a_kernel_without_table_gradients_is_named_no_gradient_and_an_honest_one_is_exact():
-    class NoTables(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, cos, sin):
-            ctx.save_for_backward(cos, sin)
-            return hf_kernel(q, k, cos, sin)
-
-        @staticmethod
-        def backward(ctx, gq, gk):
-            cos, sin = ctx.saved_tensors
-            out = hf_kernel(gq, gk, cos, -sin)
-            return out[0], out[1], None, None
-
-    def kernel(q, k, cos, sin, unsqueeze_dim=1):
-        return NoTables.apply(q, k, cos, sin)
+    kernel = kernel_without_table_gradients()
 
     assert verdicts(Implementation.from_rotary_kernel(kernel, "planted"), "table-grad")["table-grad"] == \
         ("fail", "no-gradient")
