@@ -191,6 +191,11 @@ class Adapter:
         """
         raise NotImplementedError
 
+    def autocast(self, dtype: str = "bfloat16"):
+        """A context under which this framework's mixed-precision training runs (torch's `torch.autocast` on
+        `current_device()`'s type); NotSupported where the framework has no such context."""
+        raise NotSupported(f"{self.name} has no autocast context (torch.autocast is torch's mixed precision)")
+
     def grad(self, fn, primal, cotangent):
         """`vjp` as a training step computes it, eagerly: torch through `torch.autograd.grad` (so
         `torch.autograd.Function` kernels work, which `torch.func.vjp` refuses); the others through `vjp`.
@@ -358,6 +363,11 @@ class TorchAdapter(Adapter):
     def placed(self, array):
         device = current_device()
         return array if device == "cpu" else array.to(device)
+
+    def autocast(self, dtype="bfloat16"):
+        import torch
+
+        return torch.autocast(torch.device(current_device()).type, dtype=self.dtype(dtype))
 
     def to_numpy(self, tensor):
         import torch

@@ -1,9 +1,12 @@
 """Suite cases for training-time semantics (`posenc check --encoding rope`, case sets `backward*`, `aliasing`,
-`table-grad`): the backward pass of RoPE against the spec's transposed rotation, with random cotangents drawn
+`table-grad`, `autocast`): the backward pass of RoPE against the spec's transposed rotation, with random cotangents drawn
 from the case seed and the cotangent forms that break kernels (a zero-stride expand over the heads, the
 `[batch, seq, heads, dim]` memory order, a non-contiguous view), in-place aliasing of the inputs and the
-cotangent, and the gradients of the cos/sin tables a kernel is fed. posenc's own backends run the backward
-sets (their `vjp`); implementations run all of them (`posenc.check.run_training`).
+cotangent, the gradients of the cos/sin tables a kernel is fed, and the forward under mixed precision
+(`torch.autocast` to bfloat16 around float32 inputs: an angle table built by a matmul comes out in bfloat16,
+Transformer Engine PR #2240). posenc's own backends run the backward and autocast sets (their `vjp`, their
+torch module under autocast); implementations run all of them (`posenc.check.run_training`; autocast is judged
+as a forward case, under the implementation's float32 precision class).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import numpy as np
 
 from posenc_np.testing import ROPE_ANGLE_GOAL, tolerance
 
-from ..adapters import NotSupported, adapter_for
+from ..adapters import NotSupported, adapter, adapter_for
 from ..impl.training import rope_backward
 from .registry import Case, register
 
@@ -83,5 +86,49 @@ def _register(case_set, positions, kwargs, form, probe, words):
                   modes=("eager",), description=words, training=probe, cotangent_form=form))
 
 
+#: positions where bfloat16 keeps 8 significant bits: 32760 rounds to 32768, 8 rad at the highest frequency
+AUTOCAST_POSITIONS = np.arange(32760, 32768)
+
+
+def _autocast(module, x, positions, **kwargs):
+    """`apply_rope` on float32 inputs inside the framework's autocast to bfloat16 (the spec: plain float64)."""
+    if getattr(module, "__name__", "") == "posenc_np":
+        return module.apply_rope(x, positions, **kwargs)
+    try:
+        ad = adapter_for(module)
+    except ValueError:  # an implementation's namespace (posenc.check.run_impl) names its framework
+        ad = adapter(module.framework)
+    with ad.autocast("bfloat16"):
+        return module.apply_rope(x, positions, **kwargs)
+
+
+def _without_autocast(module, x, positions, **kwargs):
+    return module.apply_rope(x, positions, **kwargs)
+
+
+_autocast.plain_rope = True  # one apply_rope call: judged as one (posenc.check.inputs.is_plain_rope)
+#: a failure that the same call without the context does not have is named for the context
+_autocast.without_context = _without_autocast
+_autocast.context_diagnosis = ("autocast", "your output is right without torch.autocast and wrong under "
+                               "torch.autocast(bfloat16): a table or angle built by an autocast op (a matmul) "
+                               "came out in bfloat16 (Transformer Engine PR #2240); build it with autocast disabled")
+
+
+def _register_autocast():
+    def make(rng, dtype):
+        from posenc_np.backend import numpy_dtype
+
+        x = rng.standard_normal(SHAPE).astype(numpy_dtype(dtype))
+        return (x, AUTOCAST_POSITIONS.astype(np.int64)), {}
+
+    def tol(desired, dtype, args):
+        return tolerance(dtype, angle_error=ROPE_ANGLE_GOAL, scale=float(np.abs(desired.astype(np.float64)).max()))
+
+    register(Case("apply_rope", "training", "autocast", make, tol, fn=_autocast, dtypes=("float32",),
+                  modes=("eager",), description="float32 q inside torch.autocast(bfloat16), positions 32760-32767: "
+                  "an angle table built by a matmul under autocast is bfloat16 (Transformer Engine PR #2240)"))
+
+
+_register_autocast()
 for _set, (_positions, _kwargs, _form, _probe, _words) in TRAINING_SETS.items():
     _register(_set, _positions, _kwargs, _form, _probe, _words)

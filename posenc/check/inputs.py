@@ -29,8 +29,9 @@ def spec_call(case: Case, args, kwargs):
 
 
 def is_plain_rope(case: Case) -> bool:
-    """A single `apply_rope(x, positions, **kwargs)` call: judged pair by pair, with the angle error."""
-    return case.encoding == "apply_rope" and case.fn is None
+    """A single `apply_rope(x, positions, **kwargs)` call (possibly inside a context, a `fn` marked
+    `plain_rope`: the autocast case): judged pair by pair, with the angle error."""
+    return case.encoding == "apply_rope" and (case.fn is None or getattr(case.fn, "plain_rope", False))
 
 
 def expected_for(case: Case, seed: int, dtype: str) -> Expected:

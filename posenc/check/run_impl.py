@@ -79,8 +79,23 @@ def _compare(case, want, impl, dtype) -> Record:
         return record(status="error", seconds=seconds,
                       message=f"the output cannot be compared with the spec's {np.shape(want.desired)} array: "
                               f"{one_line(error)}"[:400])
+    if fields["status"] == "fail" and getattr(case.fn, "without_context", None) is not None:
+        fields.update(_context_diagnosis(case, want, impl, dtype))
     return record(seconds=seconds, error_by_position=error_by_position(case, want.args, outputs, want.desired64),
                   **fields)
+
+
+def _context_diagnosis(case, want, impl, dtype) -> dict:
+    """The case's context named as the cause when the same call outside it passes (a case whose `fn` runs
+    `apply_rope` inside a context declares `without_context` and `context_diagnosis`)."""
+    try:
+        plain = judge(impl, want, _call(impl, case, want.args, want.kwargs, fn=case.fn.without_context), dtype=dtype)
+    except Exception:  # noqa: BLE001 - the diagnosis is a re-run; its failure leaves the first diagnosis
+        return {}
+    if plain["status"] != "pass":
+        return {}
+    name, sentence = case.fn.context_diagnosis
+    return dict(diagnosis=name, diagnosis_detail=sentence)
 
 
 def _training(case, want, impl, dtype, record) -> Record:
@@ -109,6 +124,7 @@ class _Namespace:
 
     def __init__(self, impl):
         self._impl = impl
+        self.framework = impl.framework  # cases that run under a framework's context (autocast) read it
 
     def __getattr__(self, name):
         fn = self._impl.functions.get(name)
@@ -136,14 +152,15 @@ def _fresh(a):
     return a.copy() if base is None else base.copy()[..., : a.shape[-1]]
 
 
-def _call(impl, case, args, kwargs):
+def _call(impl, case, args, kwargs, *, fn=None):
     ad = adapter(impl.framework)
     inputs = [ad.from_numpy_keeping_views(_fresh(a)) if isinstance(a, np.ndarray) else a for a in args]
-    if case.fn is None:
+    fn = fn or case.fn
+    if fn is None:
         out = _guarded(impl, case.encoding, impl.functions[case.encoding])(*inputs, **kwargs)
     else:
         try:
-            out = case.fn(_Namespace(impl), *inputs, **kwargs)
+            out = fn(_Namespace(impl), *inputs, **kwargs)
         except _Absent as missing:
             raise NotSupported(f"the case also calls {missing}, which {impl.name} does not provide") from None
     return _to_numpy(ad, out)

@@ -9,7 +9,7 @@ from posenc_np.testing import compare, tolerance
 
 from ..adapters import adapter
 from ..impl.precision import class_tolerance, spec_rotation
-from ..impl.training import diagnose_backward, rope_backward, table_gradients
+from ..impl.training import angle_gradients, diagnose_backward, rope_backward, table_gradients
 
 __all__ = ["run_training", "training_refusal"]
 
@@ -24,8 +24,9 @@ def training_refusal(case, impl) -> str | None:
         return f"{impl.name} provides no apply_rope"
     if case.training != "backward" and impl.framework != "torch":
         return "aliasing and table gradients are autograd probes of torch implementations"
-    if case.training == "table-grad" and impl.kernel is None:
-        return f"{impl.name} is fed no cos/sin tables (a kernel with transformers' signature is)"
+    if case.training == "table-grad" and impl.kernel is None and impl.angle_kernel is None:
+        return (f"{impl.name} is fed no cos/sin or angle tables (a kernel with transformers' signature, or an "
+                "angle-fed `angle_kernel`, is)")
     if case.training == "table-grad" and not impl.table_grads:
         return f"{impl.name} declares table_grads=False"
     return None
@@ -40,6 +41,10 @@ def _probe(case, want, impl, dtype, form):
         # aliasing: q in the memory order transformers' attention layers hand it over, where kernels that
         # rotate a contiguous copy and kernels that write back into the caller's tensor part ways
         order = "bshd" if case.training == "aliasing" else "bhsd"
+        if case.training == "table-grad" and impl.kernel is None:
+            from ..impl.training_torch import angle_probe
+
+            return angle_probe(impl.angle_kernel, x, positions, kwargs, cotangent, dtype_name=dtype)
         if impl.kernel is not None:
             return kernel_probe(impl.kernel, x, positions, kwargs, cotangent, form=form, dtype_name=dtype,
                                 tables=case.training == "table-grad", order=order)
@@ -131,7 +136,30 @@ def _aliasing_fields(impl, want, result, desired, tol):
     return dict(status="pass", message=note or "inputs and cotangent unchanged; upstream gradient equal")
 
 
+def _angle_table_fields(want, result):
+    x, _, cotangent = want.args
+    r = result["rotary_dim"]
+    move = (2, 0, 1, 3)  # [b, h, s, r] -> the kernel's [s, b, h, r]
+    xs, ws = (np.ascontiguousarray(a[..., :r].transpose(move)) for a in (x, cotangent))
+    dfreqs = angle_gradients(xs, ws, result["freqs"], result["layout"])
+    scale = float(max((np.abs(ws) * (np.abs(xs) + np.abs(xs[..., ::-1]))).sum(axis=(1, 2)).max(), 1e-30))
+    tol = tolerance("float32", max_angle=float(np.abs(result["freqs"]).max()), scale=scale)
+    checked = compare(result["dfreqs"], dfreqs, tol)
+    fields = dict(status="pass" if checked.passed else "fail", max_abs_err=checked.max_abs_err,
+                  err_in_tol=checked.err_in_tol, tol=checked.atol, tol_why="angle-table gradient: " + checked.tol_why,
+                  message=checked.message)
+    if not checked.passed and compare(result["dfreqs"], -dfreqs, tol).passed:
+        fields.update(diagnosis="direction", diagnosis_detail="your angle table's gradient is the spec's negated: "
+                                                              "the kernel rotates by -theta")
+    return fields
+
+
 def _table_fields(want, result):
+    if "freqs" in result:
+        if result.get("dfreqs") is None:
+            return _failed("no-gradient", "no gradient for the angle table (freqs) that requires grad (declare "
+                           "Implementation(table_grads=False) if that is by design)")
+        return _angle_table_fields(want, result)
     if result.get("dcos") is None or result.get("dsin") is None:
         missing = [n for n in ("cos", "sin") if result.get(f"d{n}") is None]
         return _failed("no-gradient", f"no gradient for the {' and '.join(missing)} table that requires grad "

@@ -138,6 +138,9 @@ class Implementation:
         #: a kernel with transformers' signature, `(fn, layout)` (`from_rotary_kernel`): the training probes
         #: call it directly with tensors that require grad, tables included
         self.kernel = None
+        #: a kernel fed per-channel angles, `(fn, layout)` with `fn(t [s, b, h, r], freqs [s, 1, 1, r])` (Transformer
+        #: Engine's and Megatron's `apply_rotary_pos_emb` in sbhd): the table-gradient case differentiates `freqs`
+        self.angle_kernel = None
 
     def __repr__(self):
         return (f"Implementation({self.name!r}, {self.framework!r}, [{', '.join(self.functions)}], "

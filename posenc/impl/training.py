@@ -6,7 +6,9 @@ RoPE is linear in `x`: per rotated pair `y_a = a c - b d`, `y_b = a d + b c` wit
 `d = s sin t` (s the attention factor), so the gradient of `<y, w>` is the rotation by `-t`:
 `g_a = w_a c + w_b d`, `g_b = -w_a d + w_b c`, and the pass-through channels get `w` unchanged. A kernel
 with transformers' signature `y = x cos + rotate(x) sin` (tables `[batch, seq, r]` broadcast over heads)
-has table gradients `d<y, w>/dcos = sum_heads w x` and `d<y, w>/dsin = sum_heads w rotate(x)`.
+has table gradients `d<y, w>/dcos = sum_heads w x` and `d<y, w>/dsin = sum_heads w rotate(x)`; a kernel fed
+per-channel angles `F` (Transformer Engine's and Megatron's `freqs [s, 1, 1, r]`: `y = x cos F + rotate(x) sin F`)
+has `d<y, w>/dF = sum_(batch, heads) w (rotate(x) cos F - x sin F)`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from posenc_np.testing import Tolerance, compare
 
 from .precision import Rotation, rope_kwargs, spec_rotation
 
-__all__ = ["rope_backward", "rotate_table_half", "table_gradients", "diagnose_backward", "BACKWARD_DIAGNOSES",
+__all__ = ["rope_backward", "rotate_table_half", "table_gradients", "angle_gradients", "diagnose_backward", "BACKWARD_DIAGNOSES",
            "TRAINING_DIAGNOSES", "BackwardDiagnosis"]
 
 #: what a wrong backward can be named, besides the forward's names
@@ -72,6 +74,14 @@ def table_gradients(pairs, layout: str, heads_axis: int) -> tuple[np.ndarray, np
     dcos = sum(np.sum(np.asarray(w, np.float64) * np.asarray(x, np.float64), axis=heads_axis) for x, w in pairs)
     dsin = sum(np.sum(np.asarray(w, np.float64) * rotate_table_half(x, layout), axis=heads_axis) for x, w in pairs)
     return dcos, dsin
+
+
+def angle_gradients(x, w, freqs, layout: str) -> np.ndarray:
+    """float64 `d/dF` of `<x cos F + rotate(x) sin F, w>` for `x`, `w` `[s, b, h, r]` and per-channel angles
+    `freqs [s, 1, 1, r]` broadcast over batch and heads (the gradient has the table's shape)."""
+    x, w, f = (np.asarray(a, np.float64) for a in (x, w, freqs))
+    per_element = w * (rotate_table_half(x, layout) * np.cos(f) - x * np.sin(f))
+    return per_element.sum(axis=(1, 2), keepdims=True)
 
 
 def _backward_variants(w, x_shape, positions, kwargs, rot: Rotation):

@@ -12,7 +12,7 @@ import torch
 from ..adapters import adapter
 from .rotary_kernel import hf_tables
 
-__all__ = ["cotangent_in_form", "kernel_probe", "function_probe"]
+__all__ = ["cotangent_in_form", "kernel_probe", "function_probe", "angle_probe"]
 
 
 def _tensor(array, dtype):
@@ -95,6 +95,27 @@ def kernel_probe(kernel, x, positions, kwargs, cotangent, *, form, dtype_name, t
                                                 unsqueeze_dim=unsqueeze_dim)[0], x[..., :r], cotangent[..., :r], dtype,
                                    order)
     return result
+
+
+def angle_probe(angle_kernel, x, positions, kwargs, cotangent, *, dtype_name):
+    """Backward and `d/dfreqs` of an angle-fed kernel `fn(t [s, b, h, r], freqs [s, 1, 1, r])` (the same dict as
+    `kernel_probe`: `grad_q`, `dfreqs`, `freqs` (float64), `rotary_dim`); positions one row `[s]`."""
+    from posenc_np import rope_frequencies
+
+    fn, layout = angle_kernel
+    dtype = adapter("torch").dtype(dtype_name)
+    r = kwargs.get("rotary_dim") or x.shape[-1]
+    inv_freq, _ = rope_frequencies(r, base=kwargs.get("base", 10000.0))
+    half = np.asarray(positions, np.float64).reshape(-1, 1) * inv_freq
+    full = np.concatenate([half, half], -1) if layout == "half" else np.repeat(half, 2, axis=-1)
+    freqs64 = full[:, None, None, :]
+    leaf = _tensor(np.ascontiguousarray(x[..., :r].transpose(2, 0, 1, 3)), dtype).requires_grad_(True)
+    freqs = _tensor(freqs64, torch.float32).requires_grad_(True)
+    w = _tensor(np.ascontiguousarray(cotangent[..., :r].transpose(2, 0, 1, 3)), dtype)
+    out = fn(leaf, freqs)
+    grad_t, grad_f = torch.autograd.grad(out, [leaf, freqs], w, allow_unused=True)
+    return dict(grad_q=None if grad_t is None else _np(grad_t).transpose(1, 2, 0, 3), dfreqs=_np(grad_f),
+                freqs=freqs64, rotary_dim=r, layout=layout)
 
 
 def function_probe(fn, x, positions, kwargs, cotangent, *, form, dtype_name, order="bhsd"):

@@ -131,11 +131,18 @@ def load() -> tuple[Implementation, ...]:
                   angles="table", max_positions=TABLE_ROWS,
                   # RotaryPositionEmbedding asserts "only supported up to <max_seq_len> sequence length"
                   refusals=(AssertionError,))
-    return (Implementation("transformer-engine", "torch", {"apply_rope": make_apply_rope("bshd")},
-                           description="apply_rotary_pos_emb(fused=False), bshd with start_positions", **common),
+    bshd = Implementation("transformer-engine", "torch", {"apply_rope": make_apply_rope("bshd")},
+                          description="apply_rotary_pos_emb(fused=False), bshd with start_positions", **common)
+    bshd.angle_kernel = (angle_kernel, "half")
+    return (bshd,
             Implementation("transformer-engine-thd", "torch", {"apply_rope": make_apply_rope("thd")},
                            description="apply_rotary_pos_emb(fused=False), thd with cu_seqlens and start_positions",
                            **common))
+
+
+def angle_kernel(t, freqs):
+    """`apply_rotary_pos_emb(t, freqs)` in TE's default `sbhd` format, unfused: the angle table's gradient."""
+    return rope_module().apply_rotary_pos_emb(t, freqs, tensor_format="sbhd", fused=False)
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
