@@ -60,6 +60,9 @@ POSITIONS = {
     # HF: position_ids = cumsum(mask) - 1, pads filled with 1; the second row has no padding
     "left-pad": np.array([[1, 1, 1, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 7]])[:, None, :],
     "broadcast": np.array([[0, 1, 2, 3, 4, 5, 6, 7], [90, 91, 92, 93, 94, 95, 96, 97]])[:, :, None],
+    # a context-parallel rank's tokens of a 16-token sequence split zigzag over 2 ranks (Megatron, TE thd)
+    "cp-zigzag-rank0": np.array([0, 1, 2, 3, 12, 13, 14, 15]),
+    "cp-zigzag-rank1": np.array([4, 5, 6, 7, 8, 9, 10, 11]),
 }
 DESCRIPTIONS = {
     "short": "x [2,2,8,16], positions 0..7 (below every original length)",
@@ -68,7 +71,10 @@ DESCRIPTIONS = {
     "per-row": "positions [2,1,8]: different ids per batch row, broadcast over heads",
     "left-pad": "left-padded batch, HF position_ids (pads at 1)",
     "broadcast": "x [batch, seq, heads, dim] with positions [2, 8, 1]",
+    "cp-zigzag-rank0": "rank 0's tokens of 16 split zigzag over 2 context-parallel ranks: positions 0-3, 12-15",
+    "cp-zigzag-rank1": "rank 1's tokens of 16 split zigzag over 2 context-parallel ranks: positions 4-11",
 }
+CP_SETS = ("cp-zigzag-rank0", "cp-zigzag-rank1")
 
 
 def _x_shape(case, head_dim):
@@ -104,7 +110,7 @@ for _layout in ("half", "interleaved"):
                        modes=("eager", "jit") if _jit else ("eager",))
 
 for _name, _head_dim in (("hf-llama", HEAD_DIM), ("meta-llama", HEAD_DIM), ("gptj", 72), ("gpt-neox", HEAD_DIM)):
-    for _case in POSITIONS:
+    for _case in (c for c in POSITIONS if c not in CP_SETS or _name == "hf-llama"):
         _jit = (_name == "hf-llama" and _case in ("kv-offset", "broadcast")) or (
             _name in ("meta-llama", "gpt-neox") and _case == "kv-offset")
         _modes = ("eager", "jit") if _jit else ("eager",)

@@ -39,6 +39,7 @@ BUILTINS = {
     "liger-kernel": "liger_kernel",
     "transformer-engine": "transformer_engine",
     "diffusers": "diffusers",
+    "megatron-core": "megatron_core",
 }
 
 

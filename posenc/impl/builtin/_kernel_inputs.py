@@ -23,7 +23,7 @@ from posenc_np.scaling import resolve_scaling
 from ...adapters import NotSupported
 
 __all__ = ["OffsetRows", "offset_rows", "token_positions", "rotary_width", "frequencies", "spec_table", "scaling_type",
-           "rotate_partial", "require_shared_three_axes"]
+           "rotate_partial", "require_shared_three_axes", "zigzag_shard", "sequence_rows", "token_angles"]
 
 
 def rotary_width(dim: int, rotary_dim=None, rotary_pct=None) -> int:
@@ -57,6 +57,16 @@ def spec_table(rotary_dim: int, rows: int, *, base, scaling, positions, layout="
     positions = np.asarray(positions)
     seq_len = int(positions.max()) + 1 if positions.size else None
     turns = np.arange(rows, dtype=np.float64)[:, None] * plan.turns_at(seq_len)[None, :]
+    return (turns - np.round(turns)) * 2 * math.pi, plan.attention_scale
+
+
+def token_angles(rotary_dim: int, positions, *, base, scaling, layout="half") -> tuple[np.ndarray, float]:
+    """`(angles [*positions.shape, rotary_dim / 2] float64, attention_scale)`: `spec_table`'s angles at the given
+    positions themselves (negative ones included), for a kernel fed one angle per token."""
+    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
+    positions = np.asarray(positions)
+    seq_len = int(positions.max()) + 1 if positions.size else None
+    turns = positions[..., None].astype(np.float64) * plan.turns_at(seq_len)
     return (turns - np.round(turns)) * 2 * math.pi, plan.attention_scale
 
 
@@ -124,3 +134,33 @@ def offset_rows(x_shape, positions, *, what: str) -> OffsetRows:
             return OffsetRows(seq_axis, np.ascontiguousarray(moved[..., 0]))
     raise NotSupported(f"{what} takes a start offset per row; positions {list(np.shape(positions))} are not "
                        f"consecutive along a sequence axis of x {list(x_shape)}")
+
+
+def zigzag_shard(row_positions, *, what: str) -> tuple[int, int]:
+    """`(cp_size, cp_rank)` when every row of `row_positions [rows, seq]` is the zigzag context-parallel shard
+    of rank `cp_rank` of a sequence of `seq * cp_size` tokens from 0 (`posenc_np.cp_positions(..., "zigzag")`,
+    the split Megatron's and Transformer Engine's `thd` paths undo); `(1, 0)` for rows `0 .. seq - 1`.
+    NotSupported otherwise (`what` names the kernel)."""
+    from posenc_np import cp_positions
+
+    rows = np.asarray(row_positions)
+    seq = rows.shape[-1]
+    if (rows == np.arange(seq)).all():
+        return 1, 0
+    for world in (2, 4, 8) if seq % 2 == 0 else ():
+        for rank in range(world):
+            if (rows == cp_positions(seq * world, world_size=world, rank=rank, strategy="zigzag")).all():
+                return world, rank
+    raise NotSupported(f"{what} restarts every sequence at position 0 (or takes a zigzag context-parallel shard "
+                       f"of one); these rows start at {sorted(set(rows[:, 0].tolist()))[:4]}")
+
+
+def sequence_rows(x_shape, positions, *, what: str) -> tuple[int, np.ndarray]:
+    """`(seq_axis, row_positions [rows, seq])`: the positions of x's tokens as rows along its sequence axis
+    (`offset_rows`' axis where rows are consecutive, else -2), for kernels that take packed sequences."""
+    try:
+        seq_axis = offset_rows(x_shape, positions, what=what).seq_axis
+    except NotSupported:
+        seq_axis = -2
+    moved = np.moveaxis(token_positions(x_shape, positions), seq_axis + 1, -1)
+    return seq_axis, moved.reshape(-1, moved.shape[-1])

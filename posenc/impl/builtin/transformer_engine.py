@@ -11,7 +11,8 @@ fused path raises). With the full library installed, the real module is imported
 * "transformer-engine": `tensor_format="bshd"`, `t [b, s, h, d]` rows of consecutive positions (heads kept
   when they share the row's offset), `start_positions [b]`;
   "transformer-engine-thd": `tensor_format="thd"`, every row one sequence of the packed `t [tokens, 1, d]`
-  with `cu_seqlens` and `start_positions` per sequence.
+  with `cu_seqlens` and `start_positions` per sequence; "transformer-engine-thd-cp": rows that are one
+  rank's zigzag context-parallel shard of sequences from 0, with `cp_size` and `cp_rank` (other rows are skips).
 * `freqs [TABLE_ROWS, 1, 1, rotary_dim]`: the angles of the float64 spec (the case's scaling at its
   sequence length) in the layout's channel order (`cat(f, f)`, or each repeated for `interleaved`), as
   `RotaryPositionEmbedding.forward` lays them out; class "table" (TE's own module forms them in float32 and
@@ -29,12 +30,12 @@ import numpy as np
 
 from ...adapters import NotSupported
 from ..implementation import TABLE_ROWS, Implementation
-from ._kernel_inputs import offset_rows, rotary_width, spec_table
+from ._kernel_inputs import offset_rows, rotary_width, sequence_rows, spec_table, zigzag_shard
 from ._loading import exec_file, package_dir
 
 DISTRIBUTION = "transformer-engine"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
-NAMES = ('transformer-engine', 'transformer-engine-thd')
+NAMES = ('transformer-engine', 'transformer-engine-thd', 'transformer-engine-thd-cp')
 
 _STUBBED = ("transformer_engine_torch", "transformer_engine", "transformer_engine.pytorch",
             "transformer_engine.pytorch.cpp_extensions", "transformer_engine.pytorch.cpp_extensions.fused_attn")
@@ -123,6 +124,28 @@ def make_apply_rope(tensor_format: str):
     return apply_rope
 
 
+def apply_rope_thd_cp(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+    """The contract's `apply_rope` through `apply_rotary_pos_emb(tensor_format="thd", cp_size, cp_rank)`: rows
+    that are one context-parallel rank's zigzag shard of sequences from 0 (`cu_seqlens` count whole sequences)."""
+    import torch
+
+    what = "Transformer Engine's thd path with cp_size / cp_rank"
+    r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
+    seq_axis, row_positions = sequence_rows(tuple(x.shape), positions.numpy(), what=what)
+    cp_size, cp_rank = zigzag_shard(row_positions, what=what)
+    if cp_size == 1:
+        raise NotSupported(f"{what}: these rows are whole sequences (transformer-engine-thd checks those)")
+    freqs = freqs_table(r, base=base, scaling=scaling, positions=row_positions, layout=layout, rows=TABLE_ROWS)
+    moved = x.movedim(seq_axis, -2)
+    count, (seq, dim) = row_positions.shape[0], moved.shape[-2:]
+    cu_seqlens = torch.arange(count + 1, dtype=torch.int32) * seq * cp_size
+    out = rope_module().apply_rotary_pos_emb(moved.reshape(count * seq, 1, dim), freqs, tensor_format="thd",
+                                             cu_seqlens=cu_seqlens, interleaved=layout == "interleaved",
+                                             fused=False, cp_size=cp_size, cp_rank=cp_rank)
+    return out.reshape(moved.shape).movedim(-2, seq_axis)
+
+
+
 def load() -> tuple[Implementation, ...]:
     import importlib.metadata
 
@@ -137,7 +160,10 @@ def load() -> tuple[Implementation, ...]:
     return (bshd,
             Implementation("transformer-engine-thd", "torch", {"apply_rope": make_apply_rope("thd")},
                            description="apply_rotary_pos_emb(fused=False), thd with cu_seqlens and start_positions",
-                           **common))
+                           **common),
+            Implementation("transformer-engine-thd-cp", "torch", {"apply_rope": apply_rope_thd_cp},
+                           description="apply_rotary_pos_emb(fused=False), thd, a zigzag context-parallel shard "
+                                       "(cp_size, cp_rank)", **common))
 
 
 def angle_kernel(t, freqs):
