@@ -25,7 +25,8 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers):
     p = subparsers.add_parser("spec", help="read position settings from any config dialect; compare two",
                               description=__doc__.splitlines()[0])
-    p.add_argument("source", help="config.json, params.json, .gguf, keras-hub config.json, MaxText .yml (or a dir)")
+    p.add_argument("source", help="config.json, params.json, .gguf, keras-hub config.json, MaxText .yml, torchtitan "
+                   "job-config .json/.toml, Megatron config .yaml/.json, NeMo model.yaml (or a dir)")
     p.add_argument("source2", nargs="?", help="a second source to compare with")
     p.add_argument("--json", metavar="PATH", help="write the spec (or the comparison) as JSON ('-' = stdout)")
     p.add_argument("--runtime", choices=sorted(RUNTIMES), help="what this runtime computes for an HF config")

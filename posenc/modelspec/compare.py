@@ -33,7 +33,7 @@ from posenc_np.testing import tolerance
 
 from .canonical import LayerSpec, ModelSpec
 
-__all__ = ["Comparison", "compare_specs", "layer_horizon", "logit_rms_difference", "probe_positions",
+__all__ = ["Comparison", "compare_specs", "softmax_multiplier", "layer_horizon", "logit_rms_difference", "probe_positions",
            "band_probe_positions", "BF16_LOGIT_TOL", "HORIZON_LIMIT", "PROBE_COUNT"]
 
 #: bfloat16 tolerance of a unit-scale logit (posenc_np.testing policy).
@@ -304,6 +304,10 @@ def compare_specs(a: ModelSpec, b: ModelSpec, *, limit: int = HORIZON_LIMIT, tol
             horizons.append(0)
     for k in sorted(set(a.attention_terms) ^ set(b.attention_terms)):
         out.notes.append(f"attention term {k} is read from one source only")
+    ma, mb = softmax_multiplier(a), softmax_multiplier(b)
+    if not math.isclose(ma, mb, rel_tol=1e-12):
+        out.differences.append(f"softmax scale multiplier (MLA mscale^2): {ma:.12g} vs {mb:.12g}")
+        horizons.append(0)
     if a.row_order != b.row_order:
         out.notes.append(f"q/k row order {a.row_order} vs {b.row_order}: layouts compared in HF row order "
                          "(permute_qk_rows converts the weights)")
@@ -311,6 +315,25 @@ def compare_specs(a: ModelSpec, b: ModelSpec, *, limit: int = HORIZON_LIMIT, tol
     if horizons:
         out.horizon = min(horizons)
         out.prompt_length = out.horizon + 1
+    return out
+
+
+def softmax_multiplier(spec: ModelSpec) -> float:
+    """What multiplies the softmax scale 1/sqrt(d) besides RoPE: DeepSeek's YaRN `mscale^2`.
+
+    `softmax_mscale_all_dim` (read_hf_config for MLA yarn configs; transformers DeepseekV3Attention:
+    `scaling *= m^2`, m = 0.1 mscale_all_dim ln(factor) + 1 with the first rotary layer's yarn factor) and
+    `softmax_scale_multiplier` (read_megatron for MLA: megatron-core 0.16.1 multi_latent_attention.py
+    l.125-126 applies m(rotary_scaling_factor, mscale_all_dim)^2 whatever rope_type says). 1.0 otherwise.
+    """
+    terms = spec.attention_terms
+    out = float(terms.get("softmax_scale_multiplier", 1.0))
+    all_dim = terms.get("softmax_mscale_all_dim")
+    if all_dim:
+        factor = next((float(layer.scaling["factor"]) for layer in spec.layers if layer.rope and layer.scaling
+                       and layer.scaling.get("rope_type") == "yarn"), 1.0)
+        m = 1.0 if factor <= 1 else 0.1 * float(all_dim) * math.log(factor) + 1.0
+        out *= m * m
     return out
 
 

@@ -4,13 +4,44 @@ vLLM, mlx-lm, llama.cpp, keras-hub or Transformer Engine do (`posenc.modelspec.r
 from __future__ import annotations
 
 from .canonical import ModelSpec
-from .readers import DIALECTS, load_config, read_gguf, read_hf_config, read_keras_hub, read_maxtext, read_meta_params
+from .readers import (
+    DIALECTS,
+    load_config,
+    read_gguf,
+    read_hf_config,
+    read_keras_hub,
+    read_maxtext,
+    read_megatron,
+    read_meta_params,
+    read_nemo,
+    read_torchtitan,
+)
 from .runtimes import runtime_spec
 
 __all__ = ["read_source"]
 
 
+def _is_nemo(data: dict) -> bool:
+    """NeMo 2 `model.yaml` (a `_target_` under nemo.) or NeMo 1 `model_config.yaml` (its own key names)."""
+    node = data.get("config") if isinstance(data.get("config"), dict) else data
+    if str(node.get("_target_", data.get("_target_", ""))).startswith("nemo."):
+        return True
+    return any(k in data for k in ("rotary_percentage", "scale_positional_embedding", "encoder_seq_length"))
+
+
+def _is_megatron(data: dict) -> bool:
+    """megatron-core TransformerConfig / GPTModel names (`num_query_groups`, `rotary_base`, `kv_channels`...)."""
+    return "num_layers" in data and any(k in data for k in ("position_embedding_type", "rotary_base", "kv_channels",
+                                                             "num_query_groups", "multi_latent_attention"))
+
+
 def _detect(data: dict, path: str) -> str:
+    if isinstance(data.get("model_spec"), dict) and "model" in data["model_spec"]:
+        return "torchtitan"
+    if _is_nemo(data):
+        return "nemo"
+    if _is_megatron(data):
+        return "megatron"
     if path.endswith((".yml", ".yaml")):
         return "maxtext"
     if "class_name" in data and isinstance(data.get("config"), dict) and str(data.get("module", "")).startswith(
@@ -26,7 +57,12 @@ def _detect(data: dict, path: str) -> str:
 
 
 def read_source(source, *, dialect: str | None = None, runtime: str | None = None, **options) -> ModelSpec:
-    """Read a path (config.json, params.json, .gguf, keras-hub config, MaxText YAML) or a dict.
+    """Read a path (config.json, params.json, .gguf, keras-hub config, MaxText YAML, torchtitan job-config dump,
+    Megatron TransformerConfig keys, NeMo model.yaml / model_config.yaml) or a dict.
+
+    Detection: `model_spec.model` -> torchtitan; a `_target_` under `nemo.` or NeMo 1 key names -> nemo;
+    `num_layers` with `rotary_base` / `kv_channels` / `num_query_groups` / `position_embedding_type` ->
+    megatron; any other YAML -> maxtext; then keras-hub, Meta and HF by their keys.
 
     Args:
         source: a file or directory path, or an already-loaded dict (then `dialect` defaults to "hf").
@@ -62,5 +98,11 @@ def read_source(source, *, dialect: str | None = None, runtime: str | None = Non
         return read_keras_hub(data, source=name, version=options.get("keras_hub_version", "0.32"))
     if dialect == "maxtext":
         return read_maxtext(data, source=name)
+    if dialect == "torchtitan":
+        return read_torchtitan(data, source=name)
+    if dialect == "megatron":
+        return read_megatron(data, source=name)
+    if dialect == "nemo":
+        return read_nemo(data, source=name)
     raise ValueError(f"a {dialect} source must be a file path")
 

@@ -10,9 +10,12 @@ default.
     read_meta_params    Meta's `params.json` (meta-llama/llama and llama-models reference code)
     read_keras_hub      keras-hub backbone `get_config()` (or a preset's `config.json`), keras-hub 0.31 / 0.32
     read_maxtext        MaxText YAML config keys (src/MaxText/configs/base.yml)
+    read_torchtitan     torchtitan 0.3.0 job-config dump (`RoPE.Config` per layer), JSON or TOML
+    read_megatron       megatron-core 0.16.1 TransformerConfig / GPTModel keys (Megatron-Bridge providers)
+    read_nemo           NeMo 2 `context/model.yaml`, NeMo 1 `model_config.yaml`
 
-One module per dialect (`hf`, `gguf`, `meta`, `keras_hub`, `maxtext`); `load_config` reads a JSON or YAML
-file; `posenc.modelspec.source.read_source` sends a path (or dict) to the right reader.
+One module per dialect (`hf`, `gguf`, `meta`, `keras_hub`, `maxtext`, `torchtitan`, `megatron` (with NeMo));
+`load_config` reads a JSON, YAML or TOML file; `posenc.modelspec.source.read_source` sends a path (or dict) to the right reader.
 """
 
 from __future__ import annotations
@@ -24,16 +27,19 @@ from .gguf import GGUF_NATIVE_NORM_ARCHS, GGUF_PERMUTED_ARCHS, read_gguf
 from .hf import ATTENTION_TERM_KEYS, HF_ROPE_TYPES, read_hf_config
 from .keras_hub import read_keras_hub
 from .maxtext import read_maxtext
+from .megatron import read_megatron, read_nemo
 from .meta import read_meta_params
+from .torchtitan import read_torchtitan
 
-__all__ = ["read_hf_config", "read_gguf", "read_meta_params", "read_keras_hub", "read_maxtext", "load_config",
+__all__ = ["read_hf_config", "read_gguf", "read_meta_params", "read_keras_hub", "read_maxtext", "read_torchtitan",
+           "read_megatron", "read_nemo", "load_config",
            "DIALECTS", "HF_ROPE_TYPES", "GGUF_PERMUTED_ARCHS", "GGUF_NATIVE_NORM_ARCHS", "ATTENTION_TERM_KEYS"]
 
-DIALECTS = ("hf", "gguf", "meta", "keras-hub", "maxtext")
+DIALECTS = ("hf", "gguf", "meta", "keras-hub", "maxtext", "torchtitan", "megatron", "nemo")
 
 
 def load_config(path) -> dict:
-    """A JSON or YAML file (or a directory holding config.json / params.json) as a dict; ValueError if unreadable."""
+    """A JSON, YAML or TOML file (or a directory holding config.json / params.json) as a dict; ValueError if unreadable."""
     path = str(path)
     if os.path.isdir(path):
         for name in ("config.json", "params.json"):
@@ -45,7 +51,13 @@ def load_config(path) -> dict:
             text = handle.read()
     except OSError as error:
         raise ValueError(f"cannot read {path!r}: {error.strerror or error}") from error
-    if path.endswith((".yml", ".yaml")):
+    if path.endswith(".toml"):
+        import tomllib
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"{path!r} is not valid TOML: {error}") from error
+    elif path.endswith((".yml", ".yaml")):
         import yaml
         try:
             data = yaml.safe_load(text)
