@@ -59,6 +59,9 @@ FRAMEWORK_CODE = {
     "posenc/check/distributed/torch_runtime.py": "a PyTorch distributed runtime: torch.distributed (gloo), DTensor",
     "posenc/formats/pt.py": "PyTorch checkpoints are read with torch.load and written with torch.save",
     "posenc/formats/msgpack.py": "Flax checkpoints are flax.serialization msgpack",
+    "posenc/formats/dcp.py": "torch distributed checkpoints (torchtitan, Megatron torch_dist) are read and written "
+                             "with torch.distributed.checkpoint",
+    "posenc/formats/orbax.py": "Orbax checkpoints (MaxText) are read and written with orbax-checkpoint on JAX",
     "posenc/onnx/graphs.py": "builds ONNX graphs (onnx.helper) and runs them on ONNX Runtime",
     "posenc/impl/builtin/": "third-party implementations `posenc check --impl` runs in their own framework",
     "posenc/impl/training_torch.py": "autograd probes of torch kernels: version counters, in-place writes, "

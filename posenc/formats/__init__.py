@@ -23,30 +23,55 @@ import os
 from ..errors import UsageError
 from . import shards
 from .base import Reader, drop_pages, read_guarded
+from .dcp import is_dcp_dir, is_torch_dist_dir, read_dcp, read_torch_dist, write_dcp, write_torch_dist
 from .gguf import read_gguf, write_gguf
 from .keras_h5 import read_keras_h5, write_keras_h5
 from .msgpack import read_msgpack, write_msgpack
 from .npz import read_npz, write_npz
+from .orbax import is_orbax_dir, read_orbax, write_orbax
 from .pt import read_pt, write_pt
 from .safetensors import read_safetensors, write_safetensors
 
-__all__ = ["FORMATS", "detect_format", "open_reader", "write_checkpoint", "Reader", "drop_pages"]
+__all__ = ["FORMATS", "DIRECTORY_FORMATS", "detect_format", "directory_format", "open_reader", "write_checkpoint",
+           "Reader", "drop_pages"]
 
-FORMATS = ("safetensors", "npz", "pt", "keras-h5", "msgpack", "gguf", "safetensors-index", "safetensors-dir")
+FORMATS = ("safetensors", "npz", "pt", "keras-h5", "msgpack", "gguf", "safetensors-index", "safetensors-dir", "dcp",
+           "orbax", "torch_dist")
+#: formats that are directories: torch DCP (torchtitan), Orbax (MaxText), Megatron torch_dist
+DIRECTORY_FORMATS = ("torch_dist", "dcp", "orbax")
 _SUFFIXES = ((".weights.h5", "keras-h5"), (".safetensors", "safetensors"), (".npz", "npz"), (".pt", "pt"),
              (".pth", "pt"), (".bin", "pt"), (".msgpack", "msgpack"), (".gguf", "gguf"),
              (".index.json", "safetensors-index"))
 _READERS = {"safetensors": read_safetensors, "npz": read_npz, "pt": read_pt, "keras-h5": read_keras_h5,
-            "msgpack": read_msgpack, "gguf": read_gguf, "safetensors-index": shards.read_index}
+            "msgpack": read_msgpack, "gguf": read_gguf, "safetensors-index": shards.read_index,
+            "dcp": read_dcp, "orbax": read_orbax, "torch_dist": read_torch_dist}
 _WRITERS = {"safetensors": write_safetensors, "npz": write_npz, "pt": write_pt, "keras-h5": write_keras_h5,
-            "msgpack": write_msgpack, "gguf": write_gguf}
+            "msgpack": write_msgpack, "gguf": write_gguf, "dcp": write_dcp, "orbax": write_orbax,
+            "torch_dist": write_torch_dist}
+
+
+def directory_format(path):
+    """The training-stack format of an existing directory (`torch_dist` before `dcp`: Megatron's is DCP plus
+    its metadata.json), or None."""
+    path = str(path)
+    if is_torch_dist_dir(path):
+        return "torch_dist"
+    if is_dcp_dir(path):
+        return "dcp"
+    if is_orbax_dir(path):
+        return "orbax"
+    return None
 
 
 def detect_format(path) -> str:
     """The format a file name implies (`.weights.h5` before `.h5`); UsageError for any other name.
 
-    A name ending in `/` (or an existing directory) is a Hugging Face checkpoint directory,
-    "safetensors-dir": read through its index, written like `save_pretrained`."""
+    An existing directory holding a torch distributed checkpoint is "dcp" (torchtitan), one with Megatron's
+    metadata.json too "torch_dist", an Orbax checkpoint "orbax" (MaxText). Any other name ending in `/` (or
+    existing directory) is a Hugging Face checkpoint directory, "safetensors-dir": read through its index,
+    written like `save_pretrained`."""
+    if os.path.isdir(str(path)) and directory_format(path):
+        return directory_format(path)
     if str(path).endswith(os.sep) or os.path.isdir(str(path)):
         return "safetensors-dir"
     lower = str(path).lower()
@@ -65,6 +90,10 @@ def open_reader(path, fmt=None) -> Reader:
     (`shards.read_index`), a GGUF file, or Meta's `consolidated.NN.pth` model-parallel shards (a
     directory of them, or `consolidated.00.pth` with its siblings), merged by `shards.meta_merge_reader`."""
     path = str(path)
+    if fmt is None and os.path.isdir(path) and directory_format(path):
+        fmt = directory_format(path)
+    if fmt in DIRECTORY_FORMATS:
+        return _READERS[fmt](path)
     if fmt is None:
         meta = shards.meta_shard_paths(path) if os.path.isdir(path) or os.path.isfile(path) else None
         if meta and (len(meta) > 1 or os.path.isdir(path)):
