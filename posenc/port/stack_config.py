@@ -469,18 +469,17 @@ def _write_maxtext(spec: ModelSpec, shape: StackShape) -> dict:
 
 
 def _megatron_yarn_keys(s: dict, attention: float, prefix: str, where: str) -> dict:
-    """yarn keys such that m(f, mscale) / m(f, mscale_all_dim) equals the attention factor."""
+    """yarn keys whose concentration factor m(f, mscale) / m(f, mscale_all_dim) (megatron-core
+    `_yarn_get_concentration_factor`) equals the attention factor: the config's own mscale keys when they
+    give it, else mscale solved from m(f, mscale) = attention * m(f, mscale_all_dim) (m(f, s) = 0.1 s ln f + 1)."""
     factor = float(s["factor"])
-    mscale, all_dim = s.get("mscale"), s.get("mscale_all_dim")
-    mscale = 1.0 if mscale is None else float(mscale)
-    all_dim = 0.0 if all_dim is None else float(all_dim)
+    mscale = 1.0 if s.get("mscale") is None else float(s["mscale"])
+    all_dim = 0.0 if s.get("mscale_all_dim") is None else float(s["mscale_all_dim"])
     if not math.isclose(yarn_mscale(factor, mscale) / yarn_mscale(factor, all_dim), attention, rel_tol=ANGLE_RTOL):
-        if math.isclose(yarn_mscale(factor), attention, rel_tol=ANGLE_RTOL):
-            mscale, all_dim = 1.0, 0.0
-        else:
-            raise ValueError(f"{where}: the yarn attention factor {attention:.9g} is not m(f, mscale) / "
-                             "m(f, mscale_all_dim) for any mscale keys this config carries (megatron-core computes it "
-                             "that way, _yarn_get_concentration_factor)")
+        if factor <= 1.0:
+            raise ValueError(f"{where}: yarn factor {factor} <= 1 makes megatron-core's concentration factor 1; "
+                             f"the config's attention factor is {attention:.9g}")
+        mscale = (attention * yarn_mscale(factor, all_dim) - 1.0) / (0.1 * math.log(factor))
     names = {"factor": "rotary_scaling_factor", "original": "original_max_position_embeddings"}
     if prefix:
         names = {"factor": "yarn_rotary_scaling_factor", "original": "yarn_original_max_position_embeddings"}
@@ -664,9 +663,15 @@ def source_hf_config(dialect: str, stack_config: dict) -> dict:
     elif la.rotary_dim != la.head_dim:
         out["partial_rotary_factor"] = la.rotary_dim / la.head_dim
     scaling = _hf_scaling(la, "hf")
+    all_dim = source.attention_terms.get("softmax_mscale_all_dim")
+    if scaling is not None and shape.mla and all_dim:
+        # DeepSeek's keys: HF computes m(f, mscale) / m(f, mscale_all_dim) itself and squares m(f, mscale_all_dim)
+        # into the softmax; mscale solved from the attention factor as in _megatron_yarn_keys
+        factor = float(scaling["factor"])
+        scaling.pop("attention_factor", None)
+        scaling.update(mscale=(la.plan().attention_scale * yarn_mscale(factor, all_dim) - 1.0) / (0.1 * math.log(factor)),
+                       mscale_all_dim=all_dim)
     if scaling is not None:
-        if shape.mla and source.attention_terms.get("softmax_mscale_all_dim"):
-            scaling["mscale_all_dim"] = source.attention_terms["softmax_mscale_all_dim"]
         out["rope_scaling"] = scaling
     verify_angles(source, read_hf_config(out, source="written hf config"))
     return out

@@ -43,6 +43,8 @@ def read_maxtext(config, *, source: str = "<dict>") -> ModelSpec:
             return MAXTEXT_DEFAULTS[k]
         return cfg[k]
 
+    if cfg.get("partial_rotary_factor") not in (None, 1, 1.0):  # base.yml l.1327; not modelled here
+        raise ValueError(f"{source}: partial_rotary_factor={cfg['partial_rotary_factor']} is not read by this reader")
     kind = get("rope_type")
     if get("rope_min_timescale", lint=False) != 1:
         raise ValueError(f"{source}: rope_min_timescale={cfg['rope_min_timescale']} != 1 gives inv_j = "

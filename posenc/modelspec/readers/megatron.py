@@ -20,6 +20,8 @@ Source read (megatron-core 0.16.1, the wheel `megatron_core-0.16.1-cp311`):
     transformer/multi_latent_attention.py l.113-150  MLA: RoPE on qk_pos_emb_head_dim (`RotaryEmbedding` with
         rotary_percent for rope_type "rope", `YarnRotaryEmbedding` for "yarn") and softmax_scale =
         m(rotary_scaling_factor, mscale_all_dim)^2 / sqrt(q_head_dim) whatever rope_type says
+    transformer/attention.py l.1097-1116  q and k rotations times `_yarn_get_concentration_factor_from_config`
+        whenever the config carries `yarn_rotary_scaling_factor` (whatever position_embedding_type says)
 """
 
 from __future__ import annotations
@@ -169,6 +171,19 @@ def _mla_layer(cfg, source, findings) -> tuple[LayerSpec, dict]:
     return LayerSpec(rope=True, layout="half", rotary_dim=width, head_dim=width, base=base, scaling=scaling), terms
 
 
+def _refuse_rope_concentration(cfg, source) -> None:
+    """transformer/attention.py l.1097-1116: q and k rotations take `_yarn_get_concentration_factor_from_config`
+    whenever the config has `yarn_rotary_scaling_factor`, even with position_embedding_type 'rope'."""
+    factor = _number(cfg["yarn_rotary_scaling_factor"], "yarn_rotary_scaling_factor", source)
+    mscale, all_dim = cfg.get("yarn_mscale"), cfg.get("yarn_mscale_all_dim")
+    m = yarn_mscale(factor) if mscale is None or all_dim is None else yarn_mscale(factor, mscale) / yarn_mscale(
+        factor, all_dim)
+    if m != 1.0:
+        raise ValueError(f"{source}: position_embedding_type='rope' with yarn_rotary_scaling_factor={factor}: "
+                         f"megatron-core's attention (transformer/attention.py l.1097-1116) still multiplies the "
+                         f"rotations by the yarn concentration factor {m:.6g}; no rope type is rope plus that factor")
+
+
 def _nope_layers(cfg, num_layers, source) -> list:
     """`no_rope_freq` (transformer_config.py l.1963-1978): int N -> every N-th layer NoPE; list -> 1 = NoPE."""
     freq = cfg.get("no_rope_freq")
@@ -211,7 +226,7 @@ def read_megatron(config, *, source: str = "<dict>", dialect: str = "megatron", 
                              "(GPTModel's default 'learned_absolute', 'mrope' and 'none' are not rotary settings it reads)")
         head_dim = cfg.get("kv_channels") or _int(cfg, "hidden_size", source) // heads
         if kind == "rope" and cfg.get("yarn_rotary_scaling_factor") is not None:
-            findings.append(Finding("yarn_rotary_scaling_factor", "set, but position_embedding_type='rope' ignores it"))
+            _refuse_rope_concentration(cfg, source)
         layer = _gqa_layer(cfg, _getter(cfg, _GPT_DEFAULTS, findings), int(head_dim), source, findings)
     layer.plan()  # validates the values
     layers = [LayerSpec(rope=False) if nope else layer for nope in _nope_layers(cfg, num_layers, source)]
