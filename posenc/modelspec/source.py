@@ -30,7 +30,10 @@ def _is_nemo(data: dict) -> bool:
 
 
 def _is_megatron(data: dict) -> bool:
-    """megatron-core TransformerConfig / GPTModel names (`num_query_groups`, `rotary_base`, `kv_channels`...)."""
+    """megatron-core TransformerConfig / GPTModel names (`num_query_groups`, `rotary_base`, `kv_channels`...),
+    at the top or under `model:` (Megatron-Bridge run_config.yaml)."""
+    if isinstance(data.get("model"), dict):
+        data = data["model"]
     return "num_layers" in data and any(k in data for k in ("position_embedding_type", "rotary_base", "kv_channels",
                                                              "num_query_groups", "multi_latent_attention"))
 

@@ -205,13 +205,16 @@ def read_megatron(config, *, source: str = "<dict>", dialect: str = "megatron", 
     rotary at all) unless `multi_latent_attention` is set (MLA reads `rope_type`). q/k rows are in HF order
     (Megatron-Bridge's `QKVMapping` groups heads per query group but does not permute within a head), so
     `rotary_interleaved=True` is an interleaved layout on HF rows. A key the file leaves to a default is a
-    lint finding.
+    lint finding. A Megatron-Bridge `run_config.yaml` is read from its `model:` node.
 
     Raises:
         ValueError: a missing or bad size, a position type it cannot express (learned, mrope, none), or a
             position key it does not read.
     """
     cfg = dict(config)
+    if isinstance(cfg.get("model"), dict) and "num_layers" in cfg["model"]:
+        cfg = dict(cfg["model"])  # Megatron-Bridge run_config.yaml: the model provider under `model:`
+    cfg.pop("_target_", None)
     _check_keys(cfg, source)
     findings = []
     num_layers = _int(cfg, "num_layers", source)
