@@ -40,6 +40,7 @@ BUILTINS = {
     "transformer-engine": "transformer_engine",
     "diffusers": "diffusers",
     "megatron-core": "megatron_core",
+    "unsloth": "unsloth",
 }
 
 
