@@ -24,6 +24,8 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 from ...adapters import NotSupported
 from ..implementation import Implementation, ImplementationUnavailable
@@ -46,6 +48,8 @@ def rope_module():
     if mode == "interpreter":
         os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
     os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
+    # unsloth_zoo writes generated sources into ./unsloth_compiled_cache unless told where: not the user's cwd
+    os.environ.setdefault("UNSLOTH_COMPILE_LOCATION", str(Path(tempfile.gettempdir()) / "posenc_unsloth_cache"))
     for name, path in (("unsloth", root), ("unsloth.kernels", root / "kernels")):
         if name not in sys.modules:
             spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
