@@ -82,6 +82,8 @@ def to_torch(array):
     import torch
 
     array = np.ascontiguousarray(array)
+    if not array.flags.writeable:  # a memory map of SOURCE: torch wants writable memory, SOURCE is never written
+        array = array.copy()
     if dtype_name(array.dtype) == "bfloat16":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)

@@ -163,7 +163,7 @@ def cmd_port(args) -> int:
         preset = get_preset(args.preset, open_reader(args.source), options)
         rules = preset.rules
         kwargs = dict(rope=preset.rope, sidecar=preset.sidecar, extra=preset.extra, metadata=preset.metadata,
-                      target_format=preset.target_format)
+                      target_format=preset.target_format, layout=preset.layout, stack_config=preset.stack_config)
     else:
         if args.resize_positions is not None:
             raise UsageError("--resize-positions belongs to the BERT presets; use --resize GLOB=LEN otherwise")

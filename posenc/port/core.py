@@ -14,7 +14,7 @@ import numpy as np
 from posenc_np.rope import rope_frequencies, rope_plan
 
 from ..errors import UsageError
-from ..formats import detect_format, open_reader, write_checkpoint
+from ..formats import DIRECTORY_FORMATS, detect_format, open_reader, write_checkpoint
 from ..formats.base import nbytes
 from ..formats.shards import write_shards
 from ..io import (
@@ -86,6 +86,8 @@ def _total_bytes(entries):
 def _target_format(target, preset_format) -> str:
     """TARGET's format: its name's, or for a preset that writes a directory (mlx-lm's) a name without a file
     suffix taken as that directory, with or without a trailing `/`, as users name directories."""
+    if preset_format in DIRECTORY_FORMATS and not os.path.isfile(str(target)):
+        return preset_format  # a training stack's checkpoint directory (posenc.port.stacks), named as given
     try:
         return detect_format(target)
     except UsageError:
@@ -95,7 +97,7 @@ def _target_format(target, preset_format) -> str:
 
 
 def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=None, target_format=None,
-         seed=0, max_shard_size=None) -> PortResult:
+         seed=0, max_shard_size=None, layout=None, stack_config=None) -> PortResult:
     """Convert SOURCE into TARGET by `rules` (`mapping.Rules`), verify, and write TARGET only if verified.
 
     A failed verification keeps the written file as `TARGET.unverified` (TARGET itself is not touched)
@@ -105,14 +107,20 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
     `NAME-0000i-of-0000n.safetensors` shards and `NAME.safetensors.index.json` beside it. Either is
     written into a temporary directory first: a directory TARGET appears by one rename, loose shards
     are renamed into place before their index, so a loader never finds an index with missing shards.
+
+    A training stack's `layout` (posenc.port.stacks): a stack SOURCE is read through its canonical view
+    (`layout.unpack`); a stack TARGET (`target_format` in DIRECTORY_FORMATS) is written by `stacks.port_stack`
+    with `stack_config` beside the tensors.
     """
     source, target = str(source), str(target)
     reader = open_reader(source)
+    if layout is not None and target_format not in DIRECTORY_FORMATS:
+        reader = layout.unpack(reader)
     fmt = _target_format(target, target_format)
     if fmt == "safetensors-index":
         raise UsageError(f"TARGET {target!r}: write a checkpoint directory (a name ending in /) or a .safetensors "
                          "file with --max-shard-size; the index is written with the shards")
-    if fmt == "safetensors-dir":
+    if fmt == "safetensors-dir" or fmt in DIRECTORY_FORMATS:
         _check_directory_target(target)
     else:
         if _same_file(source, target):
@@ -123,6 +131,11 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
     entries = build_plan(reader, rules)
     if rope is not None:
         rope = _check_rope(rope, entries, sidecar)
+    if fmt in DIRECTORY_FORMATS:
+        from .stacks import port_stack
+
+        return port_stack(source, target, reader, entries, layout, stack_config, rope=rope, sidecar=sidecar,
+                          extra=extra, seed=seed)
     limit = max_shard_size or (DEFAULT_MAX_SHARD_SIZE if fmt == "safetensors-dir" else None)
     if fmt == "safetensors-dir" or (fmt == "safetensors" and limit and _total_bytes(entries) > limit):
         return _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadata, seed, fmt, limit)

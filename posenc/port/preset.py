@@ -13,9 +13,12 @@ __all__ = ["Preset", "PresetOptions", "RESIZING_PRESETS", "rope_sidecar"]
 class Preset:
     """`rules`, the formats it expects, the RoPE sidecar and extra verification checks."""
 
-    def __init__(self, rules, *, target_format=None, rope=None, sidecar=None, extra=(), metadata=None):
+    def __init__(self, rules, *, target_format=None, rope=None, sidecar=None, extra=(), metadata=None, layout=None,
+                 stack_config=None):
         self.rules, self.target_format, self.rope = rules, target_format, rope
         self.sidecar, self.extra, self.metadata = sidecar, list(extra), metadata or {}
+        # a training stack's tensor layout (posenc.port.stacks) and the stack config written beside its tensors
+        self.layout, self.stack_config = layout, stack_config
 
 
 @dataclass(frozen=True)

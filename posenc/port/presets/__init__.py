@@ -8,6 +8,7 @@
 * `keras_llama`: `hf-llama-to-keras`, `keras-to-hf-llama`.
 * `deepseek_mla`: `hf-deepseek-mla-to-half`.
 * `mlx_lm`: `hf-llama-to-mlx`, `hf-qwen2-to-mlx`, `hf-gemma3-to-mlx`.
+* `training_stacks`: `hf-llama-to-{torchtitan,maxtext,megatron}`, `{torchtitan,maxtext,megatron}-to-hf-llama`.
 
 Each module exports `PRESETS` (name -> builder `(reader, PresetOptions) -> Preset`); this package merges them.
 """
@@ -16,13 +17,13 @@ from __future__ import annotations
 
 from ...errors import UsageError
 from ..preset import RESIZING_PRESETS, Preset, PresetOptions
-from . import bert, deepseek_mla, flax_llama, gguf_families, keras_llama, meta_llama, mlx_lm, t5x
+from . import bert, deepseek_mla, flax_llama, gguf_families, keras_llama, meta_llama, mlx_lm, t5x, training_stacks
 
 __all__ = ["PRESETS", "Preset", "PresetOptions", "get_preset"]
 
 #: preset name -> builder, in the order `posenc port --help` lists them
 PRESETS = {**meta_llama.PRESETS, **bert.PRESETS, **t5x.PRESETS, **gguf_families.PRESETS, **flax_llama.PRESETS,
-           **deepseek_mla.PRESETS, **keras_llama.PRESETS, **mlx_lm.PRESETS}
+           **deepseek_mla.PRESETS, **keras_llama.PRESETS, **mlx_lm.PRESETS, **training_stacks.PRESETS}
 
 
 def get_preset(name, reader, options: PresetOptions | None = None) -> Preset:
