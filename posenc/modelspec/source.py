@@ -39,7 +39,7 @@ def _is_megatron(data: dict) -> bool:
 
 
 def _detect(data: dict, path: str) -> str:
-    if isinstance(data.get("model_spec"), dict) and "model" in data["model_spec"]:
+    if isinstance(data.get("model_spec"), dict) and "model" in data["model_spec"] or "rope_scaling_args" in data:
         return "torchtitan"
     if _is_nemo(data):
         return "nemo"
@@ -63,7 +63,7 @@ def read_source(source, *, dialect: str | None = None, runtime: str | None = Non
     """Read a path (config.json, params.json, .gguf, keras-hub config, MaxText YAML, torchtitan job-config dump,
     Megatron TransformerConfig keys, NeMo model.yaml / model_config.yaml) or a dict.
 
-    Detection: `model_spec.model` -> torchtitan; a `_target_` under `nemo.` or NeMo 1 key names -> nemo;
+    Detection: `model_spec.model` or torchtitan 0.2's `rope_scaling_args` -> torchtitan; a `_target_` under `nemo.` or NeMo 1 key names -> nemo;
     `num_layers` with `rotary_base` / `kv_channels` / `num_query_groups` / `position_embedding_type` ->
     megatron; any other YAML -> maxtext; then keras-hub, Meta and HF by their keys.
 

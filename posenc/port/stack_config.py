@@ -288,6 +288,12 @@ def _required(cfg, keys, dialect):
 
 
 def _torchtitan_shape(cfg: dict) -> StackShape:
+    if "n_layers" in cfg:  # torchtitan 0.2 TransformerModelArgs
+        heads = int(cfg["n_heads"])
+        return StackShape(hidden_size=int(cfg["dim"]), num_attention_heads=heads,
+                          num_key_value_heads=int(cfg.get("n_kv_heads") or heads), head_dim=int(cfg["dim"]) // heads,
+                          num_hidden_layers=int(cfg["n_layers"]), vocab_size=cfg.get("vocab_size"),
+                          rms_norm_eps=cfg.get("norm_eps"), max_position_embeddings=cfg.get("max_seq_len"))
     model = cfg["model_spec"]["model"] if "model_spec" in cfg else cfg
     attn = model["layers"][0]["attention"]
     heads = int(attn["n_heads"])

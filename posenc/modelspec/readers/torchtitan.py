@@ -8,7 +8,9 @@ models/common/attention.py l.938-947) and `rope` (`RoPE.Config`, models/common/r
 `max_seq_len`, `theta`, `scaling` "none" | "llama" | "yarn", `scaling_factor`, `low_freq_factor`,
 `high_freq_factor`, `original_max_position_embeddings`, `rope_factor`, `beta_fast`, `beta_slow`,
 `original_seq_len`, `truncate`). The dump is read as JSON or TOML (the same tables), or the model dict
-alone (`{"dim", "layers": [...]}`, model name then from a top-level `"name"`).
+alone (`{"dim", "layers": [...]}`, model name then from a top-level `"name"`). torchtitan 0.2.x's flat llama3
+`TransformerModelArgs` (`dim`, `n_layers`, `n_heads`, `n_kv_heads`, `rope_theta`, `rope_scaling_args`,
+`max_seq_len`) is read too (`_read_legacy`).
 
 The dump loses the RoPE class, so it comes from the model name, as torchtitan's registries build them:
 `llama3` uses `ComplexRoPE` (adjacent pairs on Meta-ordered q/k rows: the state-dict adapter
@@ -25,7 +27,7 @@ import math
 
 from ..canonical import Finding, LayerSpec, ModelSpec
 
-__all__ = ["read_torchtitan", "TORCHTITAN_ROPE_DEFAULTS", "TORCHTITAN_MODELS"]
+__all__ = ["read_torchtitan", "TORCHTITAN_ROPE_DEFAULTS", "TORCHTITAN_MODELS", "LEGACY_ARGS"]
 
 _TT = "torchtitan 0.3.0 models/common/rope.py (RoPE.Config, ComplexRoPE, CosSinRoPE, _yarn_inv_freq)"
 #: `RoPE.Config` defaults (models/common/rope.py l.93-108, torchtitan 0.3.0); `dim`, `max_seq_len` have none.
@@ -36,6 +38,52 @@ TORCHTITAN_ROPE_DEFAULTS = {"theta": 10000.0, "scaling": "none", "scaling_factor
 TORCHTITAN_MODELS = {"llama3": ("ComplexRoPE", "meta", False), "qwen3": ("CosSinRoPE", "hf", False),
                      "gpt_oss": ("CosSinRoPE", "hf", True)}
 _ROPE_KEYS = set(TORCHTITAN_ROPE_DEFAULTS) | {"dim", "max_seq_len"}
+
+
+#: torchtitan 0.2.0-0.2.2 `models/llama3/model/args.py` `TransformerModelArgs` fields (the flat form).
+LEGACY_ARGS = {"dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "multiple_of", "ffn_dim_multiplier",
+               "norm_eps", "rope_theta", "rope_scaling_args", "max_seq_len", "depth_init", "attn_type",
+               "attn_mask_type", "eos_id", "use_flex_attn"}
+#: torchtitan 0.2.x `RoPEScalingArgs` defaults (args.py l.19-24).
+LEGACY_SCALING = {"scaling_factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192}
+_TT02 = ("torchtitan 0.2.2 models/llama3/model/args.py TransformerModelArgs + model.py precompute_freqs_cis "
+         "(llama3 scaling applied unconditionally)")
+
+
+def _read_legacy(args: dict, source: str) -> ModelSpec:
+    """torchtitan 0.2.x llama3 `TransformerModelArgs` (as train.py l.145 logs `asdict(model_args)`).
+
+    `precompute_freqs_cis(dim // n_heads, max_seq_len, rope_theta, rope_scaling_args)` (model.py l.34-88,
+    torchtitan 0.2.0-0.2.2) applies llama3 scaling to every llama3 flavour, with `RoPEScalingArgs`' defaults
+    8 / 1 / 4 / 8192 when the flavour sets none: an unscaled HF Llama 3 is not what it computes.
+    """
+    unknown = sorted(set(args) - LEGACY_ARGS)
+    if unknown:
+        raise ValueError(f"{source}: keys {unknown} are not torchtitan 0.2 TransformerModelArgs fields")
+    findings = []
+    for key in ("dim", "n_layers", "n_heads"):
+        if isinstance(args.get(key), bool) or not isinstance(args.get(key), int) or args[key] < 1:
+            raise ValueError(f"{source}: {key}={args.get(key)!r} must be a positive integer")
+    if "rope_theta" not in args:
+        findings.append(Finding("rope_theta", "not set: TransformerModelArgs' default 10000 applies"))
+    given = args.get("rope_scaling_args")
+    if given is None:
+        findings.append(Finding("rope_scaling_args", "not set: RoPEScalingArgs' defaults (factor 8, low 1, high 4, "
+                                "original 8192) apply: torchtitan 0.2 scales every llama3 model", lint=False))
+    elif not isinstance(given, dict) or set(given) - set(LEGACY_SCALING):
+        raise ValueError(f"{source}: rope_scaling_args={given!r} must hold only {sorted(LEGACY_SCALING)}")
+    values = {**LEGACY_SCALING, **(given or {})}
+    scaling = {"rope_type": "llama3", "factor": float(values["scaling_factor"]),
+               "low_freq_factor": float(values["low_freq_factor"]), "high_freq_factor": float(values["high_freq_factor"]),
+               "original_max_position_embeddings": int(values["original_max_position_embeddings"])}
+    head_dim = args["dim"] // args["n_heads"]
+    layer = LayerSpec(rope=True, layout="interleaved", rotary_dim=head_dim, head_dim=head_dim,
+                      base=float(args.get("rope_theta", 10000.0)), scaling=scaling)
+    layer.plan()
+    return ModelSpec(source=source, dialect="torchtitan", follows=_TT02, layers=[layer] * args["n_layers"],
+                     row_order="meta", max_position_embeddings=args.get("max_seq_len", 131072),
+                     original_max_position_embeddings=scaling["original_max_position_embeddings"], findings=findings)
 
 
 def _model_dict(data: dict, source: str) -> tuple[str | None, dict]:
@@ -111,7 +159,10 @@ def read_torchtitan(config, *, source: str = "<dict>") -> ModelSpec:
             (`TORCHTITAN_MODELS`; DeepSeek-V3 / Kimi MLA are not read), llama scaling on a CosSinRoPE
             model, partial rotary (`rope.dim != head_dim`), unknown rope keys.
     """
-    name, model = _model_dict(dict(config), source)
+    config = dict(config)
+    if "rope_theta" in config or "rope_scaling_args" in config or "n_layers" in config:
+        return _read_legacy(config, source)
+    name, model = _model_dict(config, source)
     findings = []
     if name is None:
         findings.append(Finding("model_spec.name", "absent: read as 'llama3' (ComplexRoPE, Meta row order)"))

@@ -7,10 +7,12 @@ the readers' docstrings have the files).
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
+from posenc.cli import main
 from posenc.modelspec import compare_specs, read_hf_config, read_megatron, read_nemo, read_torchtitan
 
 GPT = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_query_groups": 2, "kv_channels": 16,
@@ -129,3 +131,35 @@ def test_nemo1_keys():
                       "max_position_embeddings": 4096, "scale_positional_embedding": False})
     assert (spec.dialect, spec.layers[0].rotary_dim, spec.layers[0].head_dim, spec.layers[0].scaling) == \
         ("nemo", 8, 16, None)
+
+
+#: torchtitan 0.2.2 llama3 flavour "8B" (models/llama3/__init__.py), as train.py l.145 logs asdict(model_args)
+TITAN02_8B = {"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "vocab_size": 128256, "multiple_of": 1024,
+              "ffn_dim_multiplier": 1.3, "norm_eps": 1e-5, "rope_theta": 500000,
+              "rope_scaling_args": {"scaling_factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 8192},
+              "max_seq_len": 8192, "depth_init": True, "attn_type": "sdpa", "attn_mask_type": "causal", "eos_id": 0}
+HF_LLAMA3_8B = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "num_hidden_layers": 32, "max_position_embeddings": 8192, "rope_theta": 500000.0}
+
+
+def test_torchtitan_02_scales_every_llama3_flavour(tmp_path, capsys):
+    spec = read_torchtitan(TITAN02_8B)
+    assert (spec.row_order, spec.layers[0].rope_type, spec.layers[0].head_dim) == ("meta", "llama3", 128)
+    unset = read_torchtitan({k: v for k, v in TITAN02_8B.items() if k != "rope_scaling_args"})
+    assert unset.layers[0].scaling == spec.layers[0].scaling  # RoPEScalingArgs' defaults apply all the same
+    titan = tmp_path / "model_args.json"
+    titan.write_text(json.dumps(TITAN02_8B))
+    llama3 = tmp_path / "config.json"
+    llama3.write_text(json.dumps(HF_LLAMA3_8B))
+    assert main(["spec", str(llama3), str(titan)]) == 1  # Meta-Llama-3-8B is unscaled
+    assert "scaling: 'default' vs 'llama3'" in capsys.readouterr().out
+    llama31 = tmp_path / "config31.json"
+    llama31.write_text(json.dumps({**HF_LLAMA3_8B, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}}))
+    assert main(["spec", str(llama31), str(titan)]) == 0
+    with pytest.raises(ValueError, match="TransformerModelArgs"):
+        read_torchtitan({**TITAN02_8B, "rope_type": "llama3"})
+    from posenc.port.stack_config import source_hf_config
+    assert source_hf_config("torchtitan", TITAN02_8B)["rope_scaling"]["factor"] == 8.0  # never dropped
