@@ -37,7 +37,9 @@ TORCHTITAN_ROPE_DEFAULTS = {"theta": 10000.0, "scaling": "none", "scaling_factor
 #: model name -> (RoPE class, q/k row order, YaRN mscale folded into the softmax scale).
 TORCHTITAN_MODELS = {"llama3": ("ComplexRoPE", "meta", False), "qwen3": ("CosSinRoPE", "hf", False),
                      "gpt_oss": ("CosSinRoPE", "hf", True)}
-_ROPE_KEYS = set(TORCHTITAN_ROPE_DEFAULTS) | {"dim", "max_seq_len"}
+#: `RoPE.Config` fields: its own plus `Module.Config`'s `param_init`, `sharding_config` (protocols/module.py l.57-59),
+#: which `to_dict()` writes too.
+_ROPE_KEYS = set(TORCHTITAN_ROPE_DEFAULTS) | {"dim", "max_seq_len", "param_init", "sharding_config"}
 
 
 #: torchtitan 0.2.0-0.2.2 `models/llama3/model/args.py` `TransformerModelArgs` fields (the flat form).

@@ -162,3 +162,30 @@ def test_dialect_can_be_forced(tmp_path, capsys):
     path = _write(tmp_path / "megatron.json", json.dumps(target_config("megatron", HF_LLAMA31_8)))
     assert main(["spec", "--dialect", "megatron", path, "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["dialect"] == "megatron"
+
+
+HF_LLAMA32_1B = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
+                 "num_hidden_layers": 16, "head_dim": 64, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                 "tie_word_embeddings": True,
+                 "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+
+
+def test_torchtitans_own_flavour_dumps(tmp_path, capsys):
+    """The dumps torchtitan 0.3.0 itself writes (`model_registry(flavor).model.to_dict()`, as Trainer.Config.to_dict
+    nests it): its "8B" is HF's Llama 3.1 8B; its "1B" keeps RoPE.Config's scaling_factor 8 where Llama 3.2 1B
+    has 32 (a finding: the logits differ from position 1050 on)."""
+    llama3 = pytest.importorskip("torchtitan.models.llama3")
+
+    def dump(flavor):
+        spec = llama3.model_registry(flavor)
+        data = {"model_spec": {"name": spec.name, "flavor": spec.flavor, "model": spec.model.to_dict()}}
+        return _write(tmp_path / f"{flavor}.json", json.dumps(data))
+
+    hf8 = _write(tmp_path / "llama31-8b.json", json.dumps({**HF_LLAMA31_8, "hidden_size": 4096, "num_hidden_layers": 32,
+                                                          "num_attention_heads": 32, "num_key_value_heads": 8}))
+    assert main(["spec", hf8, dump("8B")]) == 0
+    hf1 = _write(tmp_path / "llama32-1b.json", json.dumps(HF_LLAMA32_1B))
+    assert main(["spec", hf1, dump("1B")]) == 1
+    out = capsys.readouterr().out
+    assert "layers 0-15: scaling['factor']: 32.0 vs 8.0" in out and "detection horizon: position 1050" in out
