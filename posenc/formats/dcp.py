@@ -128,12 +128,18 @@ def read_dcp(path, *, what="dcp") -> Reader:
 
 
 def write_dcp(path, entries, metadata=None) -> None:
-    """Write `entries` (name, shape, dtype name, thunk -> array) as a DCP directory `path` (created here)."""
+    """Write `entries` (name, shape, dtype name, thunk -> array) as a DCP directory `path` (created here).
+
+    `metadata["objects"]` (name -> Python object) adds non-tensor items, each stored as the bytes of
+    `torch.save([object])`, as megatron-core's `_mcore_to_torch_sharded_object` writes a ShardedObject
+    (strategies/torch.py)."""
     import torch.distributed.checkpoint as dcp
 
     state = {}
     for name, shape, dtype, thunk in entries:
         state[name] = to_torch(checked(name, shape, dtype, thunk()))
+    for name, value in ((metadata or {}).get("objects") or {}).items():
+        state[name] = [value]  # DefaultSavePlanner.transform_object torch.saves it: Megatron's bytes exactly
     os.makedirs(path, exist_ok=True)
     _quiet(dcp.save, state, storage_writer=dcp.FileSystemWriter(path), no_dist=True)
 
@@ -150,11 +156,12 @@ def read_torch_dist(path) -> Reader:
 
 
 def write_torch_dist(path, entries, metadata=None) -> None:
-    """A `torch_dist` checkpoint: the DCP files, `metadata.json` and `common.pt` (`metadata["common"]`, default
-    an empty dict), as megatron-core 0.16.1's `dist_checkpointing.save` lays them out."""
+    """A `torch_dist` checkpoint: the DCP files (with `metadata["objects"]`, Megatron's ShardedObjects),
+    `metadata.json` and `common.pt` (`metadata["common"]`, default an empty dict), as megatron-core 0.16.1's
+    `dist_checkpointing.save` lays them out."""
     import torch
 
-    write_dcp(path, entries)
+    write_dcp(path, entries, metadata)
     with open(os.path.join(path, "metadata.json"), "w") as handle:
         json.dump(TORCH_DIST_METADATA, handle)
     torch.save((metadata or {}).get("common", {}), os.path.join(path, "common.pt"))

@@ -462,6 +462,20 @@ class MegatronLayout(StackLayout):
         return out
 
 
+    #: the modules whose `_extra_state` megatron-core's sharded_state_dict asks for: one ShardedObject per layer
+    EXTRA_STATE = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
+
+    def write(self, directory, packed, config):
+        """The torch_dist files, with the `_extra_state` ShardedObjects a GPTModel's `sharded_state_dict` loads
+        (`decoder.layers.X._extra_state/shard_{layer}_{layers}`, `ShardedObject.unique_key`; the value None, which
+        Megatron's local linears return from `get_extra_state` and Transformer Engine's `set_extra_state` ignores)."""
+        n = self.dims.layers
+        objects = {f"decoder.layers.{m}._extra_state/shard_{i}_{n}": None for m in self.EXTRA_STATE for i in range(n)}
+        write_checkpoint(directory, self.fmt, packed, {"objects": objects})
+        self._write_config(directory, config)
+        return directory
+
+
 LAYOUTS = {"torchtitan": TorchtitanLayout, "maxtext": MaxTextLayout, "megatron": MegatronLayout}
 
 
