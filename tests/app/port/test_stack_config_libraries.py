@@ -146,3 +146,39 @@ def test_transformers_computes_the_written_hf_config_as_posenc_reads_it(dialect)
     want, attention = _inv_freq(read_hf_config(back))
     np.testing.assert_allclose(module.inv_freq.double().numpy(), want, rtol=RTOL, atol=0)
     assert math.isclose(module.attention_scaling, attention, rel_tol=1e-12)
+
+
+def test_the_megatron_keys_and_defaults_are_megatron_cores(megatron):
+    """Every key the reader uses is a megatron-core 0.16.1 TransformerConfig / MLATransformerConfig field, a
+    GPTModel argument or a yarn_* attribute GPTModel reads with getattr, except the two length names
+    Megatron-Bridge and NeMo add (seq_length, max_position_embeddings); MLA_DEFAULTS are the class defaults."""
+    import dataclasses
+    import inspect
+
+    from megatron.core.models.gpt import gpt_model
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    from posenc.modelspec.readers.megatron import _GPT_DEFAULTS, MEGATRON_KEYS, MLA_DEFAULTS
+    fields = {f.name: f for f in dataclasses.fields(MLATransformerConfig)}
+    arguments = inspect.signature(gpt_model.GPTModel.__init__).parameters
+    source = inspect.getsource(gpt_model)
+    getattrs = {k for k in MEGATRON_KEYS if k.startswith("yarn_") and f'"{k}"' in source}
+    assert MEGATRON_KEYS - set(fields) - set(arguments) - getattrs == {"seq_length", "max_position_embeddings"}
+    for key, value in MLA_DEFAULTS.items():
+        assert fields[key].default == value, key
+    for key in ("rotary_percent", "rotary_base", "rope_scaling", "rope_scaling_factor", "seq_len_interpolation_factor"):
+        assert arguments[key].default == _GPT_DEFAULTS[key], key
+    yarn = inspect.signature(megatron[1].YarnRotaryEmbedding.__init__).parameters
+    for key in ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                "correction_range_round_to_int"):
+        assert yarn[key].default == _GPT_DEFAULTS[f"yarn_{key}"], key
+
+
+def test_the_torchtitan_rope_keys_and_defaults_are_rope_configs(torchtitan_rope):
+    import dataclasses
+
+    from posenc.modelspec.readers.torchtitan import _ROPE_KEYS, TORCHTITAN_ROPE_DEFAULTS
+    fields = {f.name: f for f in dataclasses.fields(torchtitan_rope.ComplexRoPE.Config)}
+    assert set(fields) == _ROPE_KEYS
+    for key, value in TORCHTITAN_ROPE_DEFAULTS.items():
+        assert fields[key].default == value, key
