@@ -38,12 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posenc_np.rope import apply_rope, permute_qk_rows
+from posenc_np.rope import apply_rope, permute_qk_rows, rope_frequencies
 
 from ..modelspec.canonical import ModelSpec
 from ..modelspec.compare import probe_positions, softmax_multiplier
 from ..modelspec.readers import read_hf_config, read_maxtext, read_megatron, read_nemo, read_torchtitan
 from ..modelspec.readers.megatron import yarn_mscale
+from ..modelspec.readers.torchtitan import TORCHTITAN_MODELS
 
 __all__ = ["STACK_DIALECTS", "StackShape", "AngleReport", "target_config", "source_hf_config", "read_stack_config",
            "verify_angles", "angle_differences", "qk_row_map", "check_qk_row_map", "ANGLE_RTOL"]
@@ -316,8 +317,10 @@ def _maxtext_shape(cfg: dict) -> StackShape:
 
 
 def _megatron_node(dialect, cfg):
-    if dialect == "nemo" and isinstance(cfg.get("config"), dict):
-        return cfg["config"]
+    """The dict holding the sizes: NeMo 2's `config:` node, Megatron-Bridge's `model:` node, else the dict."""
+    for key in ("config", "model"):
+        if dialect in ("nemo", "megatron") and isinstance(cfg.get(key), dict):
+            return cfg[key]
     return cfg
 
 
@@ -373,7 +376,6 @@ def _yarn_default_attention(scaling) -> float:
 # --- writers: HF -> stack -------------------------------------------------------------------------------
 
 def _write_torchtitan(spec: ModelSpec, shape: StackShape, model_name: str | None = None) -> dict:
-    from ..modelspec.readers.torchtitan import TORCHTITAN_MODELS
     name = model_name or "llama3"
     if name not in TORCHTITAN_MODELS:
         raise ValueError(f"model_name={name!r} is not one of {sorted(TORCHTITAN_MODELS)}")
@@ -617,15 +619,14 @@ def target_config(dialect: str, hf_config: dict, *, model_name: str | None = Non
 
 # --- writer: stack -> HF --------------------------------------------------------------------------------
 
-def _hf_scaling(la, where) -> dict | None:
+def _hf_scaling(la) -> dict | None:
+    """The layer's scaling dict for HF; yarn's `attention_factor` only where HF's own default differs."""
     s = dict(la.scaling or {})
     if not s:
         return None
     if s.get("rope_type") == "yarn":
         attention = s.pop("attention_factor", None)
-        hf_default = dict(s)
-        from posenc_np.rope import rope_frequencies
-        _, default_attention = rope_frequencies(la.rotary_dim, base=la.base, scaling=hf_default)
+        _, default_attention = rope_frequencies(la.rotary_dim, base=la.base, scaling=dict(s))
         if attention is not None and not math.isclose(attention, default_attention, rel_tol=ANGLE_RTOL):
             s["attention_factor"] = attention  # HF reads it before mscale / mscale_all_dim
     return s
@@ -668,7 +669,7 @@ def source_hf_config(dialect: str, stack_config: dict) -> dict:
             raise ValueError("hf: DeepSeek-V3 rotates the whole qk_rope_head_dim (no partial rotary)")
     elif la.rotary_dim != la.head_dim:
         out["partial_rotary_factor"] = la.rotary_dim / la.head_dim
-    scaling = _hf_scaling(la, "hf")
+    scaling = _hf_scaling(la)
     all_dim = source.attention_terms.get("softmax_mscale_all_dim")
     if scaling is not None and shape.mla and all_dim:
         # DeepSeek's keys: HF computes m(f, mscale) / m(f, mscale_all_dim) itself and squares m(f, mscale_all_dim)
