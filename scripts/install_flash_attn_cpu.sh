@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 TARGET=${1:-.flash-attn-cpu}
 FLASH_ATTN_VERSION=${FLASH_ATTN_VERSION:-2.8.3.post2}
 pip install --no-deps "triton==3.9.0"  # the interpreter (requirements-nodeps.txt pins it)
+pip install einops  # layers/rotary.py (ApplyRotaryEmb, the autograd Function models call) imports it
 FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \
     pip install --no-deps --no-build-isolation --target "$TARGET" "flash-attn==${FLASH_ATTN_VERSION}"
 PYTHONPATH="$TARGET" python -m posenc check --impl list | grep -E "^flash-attn "

@@ -16,7 +16,9 @@ __all__ = ["cotangent_in_form", "kernel_probe", "function_probe", "angle_probe"]
 
 
 def _tensor(array, dtype):
-    return adapter("torch").from_numpy(np.ascontiguousarray(array)).to(dtype)
+    # a copy: torch.from_numpy shares memory, and a kernel that writes into its input or its cotangent must
+    # not change the case's arrays the spec's answer is computed from
+    return adapter("torch").from_numpy(np.array(array, order="C", copy=True)).to(dtype)
 
 
 def cotangent_in_form(cotangent: np.ndarray, form: str, dtype) -> torch.Tensor:
@@ -33,13 +35,15 @@ def cotangent_in_form(cotangent: np.ndarray, form: str, dtype) -> torch.Tensor:
 
 def _leaf_and_view(array, dtype, order):
     """`(leaf, x)`: a leaf tensor that requires grad and the `[batch, heads, seq, dim]` tensor a kernel is
-    given: the leaf itself, or (`order="bshd"`) a transposed view of a `[batch, seq, heads, dim]` leaf, the
-    memory order transformers' attention layers hand their RoPE (`q_proj(x).view(b, s, h, d).transpose(1, 2)`)."""
+    given: a copy of the leaf made by autograd (a non-leaf, as a projection's output is: torch refuses in-place
+    writes into a leaf, and an in-place kernel must be judged where users call it), or (`order="bshd"`) a
+    transposed view of such a `[batch, seq, heads, dim]` copy, the memory order transformers' attention
+    layers hand their RoPE (`q_proj(x).view(b, s, h, d).transpose(1, 2)`)."""
     if order == "bshd":
         leaf = _tensor(array.transpose(0, 2, 1, 3), dtype).requires_grad_(True)
-        return leaf, leaf.transpose(1, 2)
+        return leaf, leaf.clone().transpose(1, 2)
     leaf = _tensor(array, dtype).requires_grad_(True)
-    return leaf, leaf
+    return leaf, leaf.clone()
 
 
 def _from_leaf(grad, order):
