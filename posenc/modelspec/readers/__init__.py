@@ -32,20 +32,28 @@ from .meta import read_meta_params
 from .torchtitan import read_torchtitan
 
 __all__ = ["read_hf_config", "read_gguf", "read_meta_params", "read_keras_hub", "read_maxtext", "read_torchtitan",
-           "read_megatron", "read_nemo", "load_config",
+           "read_megatron", "read_nemo", "load_config", "CONFIG_NAMES",
            "DIALECTS", "HF_ROPE_TYPES", "GGUF_PERMUTED_ARCHS", "GGUF_NATIVE_NORM_ARCHS", "ATTENTION_TERM_KEYS"]
 
 DIALECTS = ("hf", "gguf", "meta", "keras-hub", "maxtext", "torchtitan", "megatron", "nemo")
 
 
+#: The config files `load_config` looks for in a directory, in order: HF, Meta, then the training stacks'
+#: (torchtitan's job-config dump, MaxText's YAML, Megatron's TransformerConfig, NeMo 2's context/model.yaml,
+#: NeMo 1's model_config.yaml, Megatron-Bridge's run_config.yaml; the names `posenc port` writes beside them).
+CONFIG_NAMES = ("config.json", "params.json", "job_config.json", "job_config.toml", "maxtext.yml",
+                "transformer_config.json", "transformer_config.yaml", os.path.join("context", "model.yaml"),
+                "model_config.yaml", "run_config.yaml")
+
+
 def load_config(path) -> dict:
-    """A JSON, YAML or TOML file (or a directory holding config.json / params.json) as a dict; ValueError if unreadable."""
+    """A JSON, YAML or TOML file (or a directory holding one of `CONFIG_NAMES`) as a dict; ValueError if unreadable."""
     path = str(path)
     if os.path.isdir(path):
-        for name in ("config.json", "params.json"):
+        for name in CONFIG_NAMES:
             if os.path.exists(os.path.join(path, name)):
                 return load_config(os.path.join(path, name))
-        raise ValueError(f"{path!r} is a directory without config.json or params.json")
+        raise ValueError(f"{path!r} is a directory without any of {', '.join(CONFIG_NAMES)}")
     try:
         with open(path) as handle:
             text = handle.read()

@@ -189,3 +189,29 @@ def test_torchtitans_own_flavour_dumps(tmp_path, capsys):
     assert main(["spec", hf1, dump("1B")]) == 1
     out = capsys.readouterr().out
     assert "layers 0-15: scaling['factor']: 32.0 vs 8.0" in out and "detection horizon: position 1050" in out
+
+
+def test_checkpoint_directories_are_read_by_their_config_file(files, tmp_path, capsys):
+    """A stack checkpoint directory: NeMo 2's `context/model.yaml`, the job_config.json / maxtext.yml /
+    transformer_config.json `posenc port` writes beside the tensors."""
+    nemo = tmp_path / "nemo_ckpt"
+    (nemo / "context").mkdir(parents=True)
+    (nemo / "weights").mkdir()
+    (nemo / "context" / "model.yaml").write_text(NEMO2)
+    titan = tmp_path / "step-10"
+    titan.mkdir()
+    (titan / "job_config.json").write_text(Path(files["torchtitan-json"]).read_text())
+    megatron = tmp_path / "iter_0000010"
+    megatron.mkdir()
+    (megatron / "transformer_config.json").write_text(json.dumps(target_config("megatron", HF_LLAMA31_8)))
+    maxtext = tmp_path / "maxtext" / "0" / "items"
+    maxtext.mkdir(parents=True)
+    (maxtext / "maxtext.yml").write_text(Path(files["maxtext"]).read_text())
+    for directory, hf, dialect in ((nemo, "hf", "nemo"), (titan, "hf", "torchtitan"), (megatron, "hf8", "megatron"),
+                                   (maxtext, "hf8", "maxtext")):
+        assert read_source(str(directory)).dialect == dialect
+        assert main(["spec", files[hf], str(directory)]) == 0, directory
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["spec", str(empty)]) == 2
+    assert "context/model.yaml" in capsys.readouterr().err
