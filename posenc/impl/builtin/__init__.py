@@ -7,7 +7,13 @@ Each is a module `posenc.impl.builtin.<name with underscores>` exposing
   where they depend on the device), so `posenc check` names a SPEC's records without importing its library:
   the library is imported once, in the SPEC's worker;
 * `INSTALL`: the install recipe; `FINDINGS`: upstream behaviour the checks found, each a dict with
-  `implementation`, `title`, `text` and a minimal `reproduction` (`posenc.ecosystem` gathers both);
+  `implementation`, `title`, `text`, a minimal `reproduction` and `still` (`posenc.ecosystem` gathers them).
+  `reproduction` is a standalone script that needs only the library (and NumPy/torch), never posenc: its
+  reference values are a few lines of plain math, and the lines a library needs to import on a CPU are in
+  it (Triton's `TRITON_INTERPRET=1` set before triton is imported, a kernel file loaded by path, package
+  stubs); it prints the telling number. `still` is a Python expression, evaluated in the namespace the
+  script leaves, that is True while the upstream behaviour persists;
+  tests/app/impl/test_findings_reproduce.py runs each in a fresh interpreter and fails once it is False;
 * `load() -> Implementation | tuple[Implementation, ...]`: the adapter (several when the library has
   several entry points worth checking apart, e.g. two ops), raising `ImplementationUnavailable` (an
   ImportError) naming the distribution when it is not installed.

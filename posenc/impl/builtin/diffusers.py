@@ -60,13 +60,14 @@ FINDINGS = (
         "text": ("diffusers' DiT / PixArt timestep embedding calls get_timestep_embedding with "
                  "downscale_freq_shift=1 (frequencies 10000**(-i/(half-1))), where facebookresearch/DiT's "
                  "TimestepEmbedder divides by half: the same checkpoint's timestep embedding differs "
-                 "(about 2 apart in norm at t=999, hidden size 256)."),
+                 "(11.4 apart in norm at t=999, hidden size 256, each of norm 11.3)."),
         "reproduction": ("import torch\n"
                          "from diffusers.models.embeddings import get_timestep_embedding\n"
                          "t = torch.tensor([999.0])\n"
                          "dit = get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=1)\n"
                          "paper = get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0)\n"
-                         "assert (dit - paper).norm() > 1.0  # the DiT paper's formula is shift 0"),
+                         "print((dit - paper).norm())  # 11.4 (each has norm 11.3): the DiT paper's formula is shift 0"),
+        "still": "float((dit - paper).norm()) > 1.0",
     },
 )
 

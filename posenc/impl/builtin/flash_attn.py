@@ -227,9 +227,23 @@ FINDINGS = (
                  "written over the others: the input gradient is wrong by O(1) and nothing raises. The forward, "
                  "too, writes into its input unseen by autograd (the upstream-gradient case). `inplace=False` "
                  "gives the right gradient for the same inputs."),
-        "reproduction": ("# TRITON_INTERPRET=1 on a CPU; flash_attn/layers/rotary.py loaded as posenc's INSTALL says\n"
+        "reproduction": ("import contextlib, importlib.util, os, sys\n"
+                         'os.environ["TRITON_INTERPRET"] = "1"  # no GPU needed: Triton\'s interpreter (set before '
+                         "triton is imported)\n"
                          "import torch\n"
-                         "from flash_attn.layers.rotary import apply_rotary_emb\n"
+                         'root = importlib.util.find_spec("flash_attn").submodule_search_locations[0]\n'
+                         "def load(name, *parts):  # a module file by path: `import flash_attn` needs its CUDA "
+                         "extension\n"
+                         "    loader = importlib.util.spec_from_file_location(name, os.path.join(root, *parts))\n"
+                         "    module = sys.modules[name] = importlib.util.module_from_spec(loader)\n"
+                         "    loader.loader.exec_module(module)\n"
+                         "    return module\n"
+                         'load("flash_attn.ops.triton.rotary", "ops", "triton", "rotary.py")  # the kernel '
+                         "layers/rotary.py imports\n"
+                         'apply_rotary_emb = load("flash_attn.layers.rotary", "layers", '
+                         '"rotary.py").apply_rotary_emb  # needs einops\n'
+                         "torch.cuda.device = lambda index: contextlib.nullcontext()  # apply_rotary enters x's "
+                         "device: CPU tensors here\n"
                          "s, d = 4, 8\n"
                          "ang = torch.arange(s)[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)\n"
                          "cos, sin = ang.cos(), ang.sin()\n"

@@ -169,17 +169,34 @@ FINDINGS = (
             'turns them by T; at base 5e6 about 0.013 rad at 32k). A pair `j` falls through whenever '
             "`j` is past 3x its residue's part (`j % 3 == 0` and `j >= 3 s_t`, and so on): `[2, 3, "
             "3]` has pair 6 too; Qwen3.5's `[11, 11, 10]` has none."),
-        'reproduction': ('from posenc.impl.builtin.ggml import apply_rope  # one ggml_rope_multi node, 4th stream '
-            '0\n'
-            'x = np.random.default_rng(0).standard_normal((1, 1, 4, 128)).astype(np.float32)\n'
-            'pos = np.tile(np.arange(100000, 100004), (3, 1))  # text: the same id on every axis\n'
-            'kw = dict(base=5e6, mrope_section=[24, 20, 20], mrope_interleaved=True)  # -> '
-            'GGML_ROPE_TYPE_IMROPE\n'
-            'y, want = apply_rope(x, pos, **kw), posenc_np.apply_rope(x.astype(np.float64), pos, '
-            '**kw)\n'
-            'pairs = [61, 62, 125, 126]\n'
-            'print(np.array_equal(y[..., pairs], x[..., pairs]), abs(want - x)[..., pairs].max())  # '
-            'True 0.063'),
+        'reproduction': ('import ctypes\n'
+                         'import numpy as np\n'
+                         'import ggml, ggml.utils\n'
+                         'x = np.random.default_rng(0).standard_normal((4, 1, 128)).astype(np.float32)  # ne = '
+                         '[dim, heads, tokens]\n'
+                         "ids = np.arange(100000, 100004)  # text: the same id on every axis; llama.cpp's 4th "
+                         'stream is 0\n'
+                         'streams = np.concatenate([ids, ids, ids, 0 * ids]).astype(np.int32)\n'
+                         'ctx = ggml.ggml_init(ggml.ggml_init_params(mem_size=16 * 2**20, mem_buffer=None))\n'
+                         'a, b = ggml.utils.from_numpy(x, ctx), ggml.utils.from_numpy(streams, ctx)\n'
+                         'IMROPE = 40  # GGML_ROPE_TYPE_IMROPE: interleaved sections [t, h, w, e], NEOX pairs (j, j '
+                         '+ 64)\n'
+                         'sections = (ctypes.c_int * 4)(24, 20, 20, 0)\n'
+                         'out = ggml.ggml_rope_multi(ctx, a, b, None, 128, sections, IMROPE, 0, 5e6, 1.0, 0.0, 1.0, '
+                         '32.0, 1.0)\n'
+                         'graph = ggml.ggml_new_graph(ctx); ggml.ggml_build_forward_expand(graph, out)\n'
+                         'ggml.ggml_graph_compute_with_ctx(ctx, graph, 1)\n'
+                         'y = np.array(ggml.utils.to_numpy(out)); ggml.ggml_free(ctx)\n'
+                         "# HF's apply_interleaved_mrope with equal ids on every axis is plain 1-D NEOX RoPE at the "
+                         'id\n'
+                         'ang = ids[:, None, None] * 5e6 ** (-np.arange(64) / 64.0)\n'
+                         'x1, x2 = x[..., :64].astype(np.float64), x[..., 64:].astype(np.float64)\n'
+                         'want = np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * '
+                         'np.sin(ang)], -1)\n'
+                         'pairs = [61, 62, 125, 126]\n'
+                         'print(np.array_equal(y[..., pairs], x[..., pairs]), np.abs(want - x)[..., pairs].max())  '
+                         '# True 0.063: never rotated'),
+        'still': 'np.array_equal(y[..., pairs], x[..., pairs]) and np.abs(want - x)[..., pairs].max() > 0.01',
     },
 )
 

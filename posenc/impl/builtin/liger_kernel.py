@@ -48,12 +48,24 @@ FINDINGS = (
             '`stride(1)` is `dim`, not `heads * dim`, so rows of different batch entries overlap: '
             "batch > 1 and heads > 1 give wrong values (q in transformers' memory order, a "
             'transposed `[batch, seq, heads, dim]` view, is fine).'),
-        'reproduction': ('q = torch.randn(2, 2, 1, 16)  # contiguous, one decode token\n'
-            'cos, sin = (torch.tensor(t, dtype=torch.float32) for t in '
-            'posenc_np.rope_cos_sin(np.array([[7], [7]]), 16))\n'
-            'qo, _ = liger_rotary_pos_emb(q.clone(), q.clone(), cos, sin)\n'
-            'want = posenc_np.apply_rope(q.double().numpy(), np.array([7]))\n'
-            'print(np.abs(qo.numpy() - want).max())  # ~3 (depends on q), not 1e-7'),
+        'reproduction': ("import os  # no GPU needed: Triton's interpreter (set before triton is imported) runs the "
+                         'kernel on CPU tensors\n'
+                         'os.environ["TRITON_INTERPRET"] = "1"\n'
+                         'import torch\n'
+                         'from liger_kernel.transformers.rope import liger_rotary_pos_emb\n'
+                         'd = 16\n'
+                         'ang = torch.tensor([[7.0]], dtype=torch.float64) * 10000.0 ** (-torch.arange(0, d, '
+                         '2).double() / d)  # position 7\n'
+                         'cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)  # [seq = 1, '
+                         'dim]\n'
+                         'q = torch.randn(2, 2, 1, 16)  # contiguous [batch, heads, seq, dim], one decode token\n'
+                         'want = q.double() * cos + torch.cat([-q[..., d // 2:], q[..., :d // 2]], -1).double() * '
+                         'sin  # rotate_half form\n'
+                         'qo, _ = liger_rotary_pos_emb(q.clone(), q.clone(), cos.float().expand(2, 1, d), '
+                         'sin.float().expand(2, 1, d))\n'
+                         'err = float((qo - want).abs().max())\n'
+                         'print(err)  # ~3 (depends on q), not 1e-7'),
+        'still': 'err > 0.1',
     },
     {
         'implementation': ('liger-kernel'),
@@ -61,12 +73,22 @@ FINDINGS = (
         'text': ('`liger_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)` on `[batch, seq, heads, dim]` q '
             "(transformers' `unsqueeze_dim=2` form) rotates as if q were `[batch, heads, seq, dim]`: "
             'the kernel always transposes axes 1 and 2.'),
-        'reproduction': ('q = torch.randn(2, 8, 2, 16)  # [batch, seq, heads, dim]\n'
-            'cos, sin = (torch.tensor(t, dtype=torch.float32)[None] for t in '
-            'posenc_np.rope_cos_sin(np.arange(8), 16))\n'
-            'qo, _ = liger_rotary_pos_emb(q.clone(), q.clone(), cos, sin, unsqueeze_dim=2)\n'
-            'want = posenc_np.apply_rope(q.double().numpy(), np.arange(8)[:, None])\n'
-            'print(np.abs(qo.numpy() - want).max())  # ~5 (depends on q), not 1e-7'),
+        'reproduction': ("import os  # no GPU needed: Triton's interpreter (set before triton is imported) runs the "
+                         'kernel on CPU tensors\n'
+                         'os.environ["TRITON_INTERPRET"] = "1"\n'
+                         'import torch\n'
+                         'from liger_kernel.transformers.rope import liger_rotary_pos_emb\n'
+                         'd = 16\n'
+                         'ang = torch.arange(8).double()[:, None] * 10000.0 ** (-torch.arange(0, d, 2).double() / d)\n'
+                         'cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)  # [seq, dim]\n'
+                         'q = torch.randn(2, 8, 2, 16)  # [batch, seq, heads, dim]\n'
+                         "c, s = cos[:, None], sin[:, None]  # transformers' unsqueeze_dim=2\n"
+                         'want = q.double() * c + torch.cat([-q[..., d // 2:], q[..., :d // 2]], -1).double() * s\n'
+                         'qo, _ = liger_rotary_pos_emb(q.clone(), q.clone(), cos.float()[None], sin.float()[None], '
+                         'unsqueeze_dim=2)\n'
+                         'err = float((qo - want).abs().max())\n'
+                         'print(err)  # ~5 (depends on q), not 1e-7'),
+        'still': 'err > 0.1',
     },
 )
 

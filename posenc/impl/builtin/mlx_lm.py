@@ -108,21 +108,29 @@ FINDINGS = (
             'interleaved model gets the half layout. It also uses the long factors at every length '
             "(HF: short factors up to `original_max_position_embeddings`; posenc names mlx-lm's rule "
             '`mlx-longrope`).'),
-        'reproduction': ("rope = initialize_rope(16, 10000.0, True, {'rope_type': 'longrope', 'short_factor': "
-            "[1.0] * 8, 'long_factor': [1.0] * 8, 'original_max_position_embeddings': 64}, 1024)\n"
-            'x = mx.random.normal((1, 1, 4, 16))\n'
-            'half = mx.fast.rope(x, 16, traditional=False, base=10000.0, scale=1.0, offset=0) * '
-            'rope._scale\n'
-            'print(mx.abs(rope(x) - half).max())  # 2e-7: the half layout, not the interleaved one '
-            'asked for'),
+        'reproduction': ('import mlx.core as mx\n'
+                         'from mlx_lm.models.rope_utils import initialize_rope\n'
+                         "config = {'rope_type': 'longrope', 'short_factor': [1.0] * 8, 'long_factor': [1.0] * 8,\n"
+                         "          'original_max_position_embeddings': 64}\n"
+                         'rope = initialize_rope(16, 10000.0, True, config, 1024)  # traditional=True: interleaved '
+                         'pairs\n'
+                         'x = mx.random.normal((1, 1, 4, 16))\n'
+                         'half = mx.fast.rope(x, 16, traditional=False, base=10000.0, scale=1.0, offset=0) * '
+                         'rope._scale\n'
+                         'err = mx.abs(rope(x) - half).max().item()\n'
+                         'print(err)  # 2e-7: the half layout, not the interleaved one asked for'),
+        'still': 'err < 1e-5',
     },
     {
         'implementation': ('mlx-lm'),
         'title': ('`mrope` is plain 1-D RoPE'),
         'text': ("`rope_type='mrope'` returns `nn.RoPE` and ignores `mrope_section`: right for text "
             'tokens (all axes equal), wrong for image or video ids (mlx-vlm has the multi-axis code).'),
-        'reproduction': ("initialize_rope(128, 1e6, False, {'rope_type': 'mrope', 'mrope_section': [16, 24, 24]}, "
-            '4096)  # -> RoPE(128, ...)'),
+        'reproduction': ('from mlx_lm.models.rope_utils import initialize_rope\n'
+                         "rope = initialize_rope(128, 1e6, False, {'rope_type': 'mrope', 'mrope_section': [16, 24, "
+                         '24]}, 4096)\n'
+                         'print(type(rope).__name__)  # RoPE: plain 1-D, mrope_section ignored'),
+        'still': "type(rope).__name__ == 'RoPE'",
     },
 )
 

@@ -104,10 +104,19 @@ FINDINGS = (
         'text': ('`RotaryPositionalEmbeddings.forward(x, input_pos=...)` gathers `self.cache[input_pos]`: '
             'a negative id is a Python index from the end, so position -1 is rotated as position '
             '`max_seq_len - 1`, with no error (positions at or past `max_seq_len` raise IndexError).'),
-        'reproduction': ('rope = RotaryPositionalEmbeddings(16, max_seq_len=64)\n'
-            'x = torch.randn(1, 1, 1, 16)\n'
-            'assert torch.equal(rope(x, input_pos=torch.tensor([[-1]])), rope(x, '
-            'input_pos=torch.tensor([[63]])))'),
+        'reproduction': ('import importlib.util, os, torch\n'
+                         '# the module file by path: `import torchtune` needs torchao\n'
+                         'spec = importlib.util.find_spec("torchtune")\n'
+                         'path = os.path.join(spec.submodule_search_locations[0], "modules", '
+                         '"position_embeddings.py")\n'
+                         'loader = importlib.util.spec_from_file_location("position_embeddings", path)\n'
+                         'module = importlib.util.module_from_spec(loader); loader.loader.exec_module(module)\n'
+                         'rope = module.RotaryPositionalEmbeddings(16, max_seq_len=64)\n'
+                         'x = torch.randn(1, 1, 1, 16)\n'
+                         'same = torch.equal(rope(x, input_pos=torch.tensor([[-1]])), rope(x, '
+                         'input_pos=torch.tensor([[63]])))\n'
+                         'print(same)  # True: position -1 is rotated as position 63, no error'),
+        'still': 'same',
     },
 )
 

@@ -123,9 +123,23 @@ FINDINGS = (
                  "version counter. An op before it that saved its output for the backward (tanh, a norm) then "
                  "differentiates the rotated values: the upstream gradient is wrong by O(1) and nothing raises "
                  "(unsloth #5001, closed; still in 2026.10.9). Its tables get no gradient either."),
-        "reproduction": ("# TRITON_INTERPRET=1 on a CPU; the kernel module imported as posenc's INSTALL says\n"
+        "reproduction": ("import importlib.machinery, importlib.util, os, sys, tempfile\n"
+                         "# no GPU needed: Triton's interpreter (set before triton is imported); the kernel module "
+                         "alone, without\n"
+                         "# unsloth's package __init__ (it needs a GPU and patches transformers): empty packages "
+                         "over its directories\n"
+                         'os.environ.update(TRITON_INTERPRET="1", UNSLOTH_ALLOW_CPU="1", UNSLOTH_IS_PRESENT="1",\n'
+                         "                  UNSLOTH_COMPILE_LOCATION=os.path.join(tempfile.gettempdir(), "
+                         '"unsloth_compiled_cache"))\n'
+                         'root = importlib.util.find_spec("unsloth").submodule_search_locations[0]\n'
+                         'for name, path in (("unsloth", root), ("unsloth.kernels", os.path.join(root, "kernels"))):\n'
+                         "    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)\n"
+                         "    spec.submodule_search_locations = [path]\n"
+                         "    sys.modules[name] = importlib.util.module_from_spec(spec)\n"
                          "import torch\n"
-                         "from unsloth.kernels.rope_embedding import fast_rope_embedding\n"
+                         "import unsloth.kernels.rope_embedding as unsloth_rope\n"
+                         "unsloth_rope._eviction_hints_ok = lambda device: True  # it asks "
+                         "torch.cuda.current_device()\n"
                          "s, d = 4, 8\n"
                          "ang = torch.arange(s)[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)\n"
                          "cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)\n"
@@ -133,8 +147,8 @@ FINDINGS = (
                          "    return q * cos + torch.cat([-q[..., d // 2:], q[..., :d // 2]], -1) * sin\n"
                          "x0, w = torch.randn(1, s, 2, d, requires_grad=True), torch.randn(1, 2, s, d)\n"
                          "q = torch.tanh(x0).transpose(1, 2)  # [b, h, s, d] view; tanh saves its output\n"
-                         "out, _ = fast_rope_embedding(q, torch.randn(1, 2, s, d).transpose(1, 2).contiguous()"
-                         ".transpose(1, 2), cos, sin)\n"
+                         "k = torch.randn(1, 2, s, d).transpose(1, 2).contiguous().transpose(1, 2)\n"
+                         "out, _ = unsloth_rope.fast_rope_embedding(q, k, cos, sin)\n"
                          "(got,) = torch.autograd.grad((out * w).sum(), x0)\n"
                          "(want,) = torch.autograd.grad((rope(torch.tanh(x0).transpose(1, 2)) * w).sum(), x0)\n"
                          "print((got - want).abs().max())  # O(1), not 1e-7"),

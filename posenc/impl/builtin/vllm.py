@@ -143,11 +143,19 @@ FINDINGS = (
             'positions as given: positions at or past `max_position`, and negative ones, return '
             'garbage (finite huge values or inf/NaN) with no error, where `forward_native` raises '
             'IndexError.'),
-        'reproduction': ('rope = get_rope(16, 4096, True, None, torch.float32)  # inside '
-            'set_current_vllm_config(VllmConfig())\n'
-            'q = torch.randn(8, 16); pos = torch.arange(4092, 4100)\n'
-            'print(rope.forward_cpu(pos, q.clone(), q.clone())[0][4:].abs().max())  # garbage '
-            '(4.8e31 here), no error'),
+        'reproduction': ('import torch\n'
+                         'from vllm.config import VllmConfig, set_current_vllm_config\n'
+                         'from vllm.model_executor.layers.rotary_embedding import get_rope\n'
+                         'with set_current_vllm_config(VllmConfig()):  # CustomOp construction reads the current '
+                         'config\n'
+                         '    rope = get_rope(16, 4096, is_neox_style=True, rope_parameters=None, '
+                         'dtype=torch.float32)\n'
+                         '    q = torch.randn(8, 16); pos = torch.arange(4092, 4100)  # the last 4 at or past '
+                         'max_position 4096\n'
+                         '    got = rope.forward_cpu(pos, q.clone(), q.clone())[0][4:]\n'
+                         "print(got.abs().max())  # garbage (4.8e31 here), no error; a rotation keeps each row's "
+                         'norm'),
+        'still': 'not torch.allclose(got.norm(dim=-1), q[4:].norm(dim=-1), rtol=1e-3)',
     },
     {
         'implementation': ('vllm'),
@@ -157,11 +165,20 @@ FINDINGS = (
             '1-D module. Given `[3, tokens]` positions, `forward_native` raises a shape error and '
             '`forward_cpu` reads them as `3 x tokens` tokens and writes past `query`: the process '
             'aborts (`munmap_chunk(): invalid pointer`).'),
-        'reproduction': ("rope = get_rope(16, 4096, True, {'rope_type': 'linear', 'factor': 4.0, 'mrope_section': "
-            '[2, 3, 3]}, torch.float32)\n'
-            'print(type(rope).__name__)  # LinearScalingRotaryEmbedding\n'
-            'q = torch.randn(8, 16)\n'
-            'rope.forward_cpu(torch.randint(0, 40, (3, 8)), q, q.clone())  # heap corruption, abort'),
+        'reproduction': ('import torch\n'
+                         'from vllm.config import VllmConfig, set_current_vllm_config\n'
+                         'from vllm.model_executor.layers.rotary_embedding import get_rope\n'
+                         "params = {'rope_type': 'linear', 'factor': 4.0, 'mrope_section': [2, 3, 3]}\n"
+                         'with set_current_vllm_config(VllmConfig()):  # CustomOp construction reads the current '
+                         'config\n'
+                         '    rope = get_rope(16, 4096, is_neox_style=True, rope_parameters=params, '
+                         'dtype=torch.float32)\n'
+                         'print(type(rope).__name__)  # LinearScalingRotaryEmbedding: the 1-D module, mrope_section '
+                         'dropped\n'
+                         '# with [3, tokens] positions the CPU op then writes past q: the process aborts '
+                         '(munmap_chunk(): invalid pointer)\n'
+                         '# q = torch.randn(8, 16); rope.forward_cpu(torch.randint(0, 40, (3, 8)), q, q.clone())'),
+        'still': "type(rope).__name__ != 'MRotaryEmbedding'",
     },
 )
 
