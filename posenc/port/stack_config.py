@@ -123,18 +123,24 @@ def _layer_differences(la, lb, oa, ob, rtol):
         return [], 0.0, 0.0
     out = []
     for name, va, vb in (("rotary_dim", la.rotary_dim, lb.rotary_dim), ("head_dim", la.head_dim, lb.head_dim),
-                         ("layout in HF row order", la.hf_layout(oa), lb.hf_layout(ob))):
+                         ("layout in HF row order", la.hf_layout(oa), lb.hf_layout(ob)),
+                         ("mrope_section", la.mrope_section, lb.mrope_section),
+                         ("mrope_interleaved", la.mrope_interleaved, lb.mrope_interleaved),
+                         ("mrope_axes", la.mrope_axes, lb.mrope_axes)):
         if va != vb:
             out.append(f"{name}: {va} vs {vb}")
     if out:
         return out, 0.0, 0.0
     pa, pb = la.plan(), lb.plan()
-    freq = max(_rel(pa.turns_at(n), pb.turns_at(n)) for n in sorted(set(_seq_lens(pa) + _seq_lens(pb)), key=str))
+    lengths = sorted(set(_seq_lens(pa) + _seq_lens(pb)), key=lambda n: -1 if n is None else n)
+    freq, at = max((_rel(pa.turns_at(n), pb.turns_at(n)), i) for i, n in enumerate(lengths))
     attention = _rel(pa.attention_scale, pb.attention_scale)
     if freq > rtol:
-        turns_a, turns_b = pa.turns * 2 * math.pi, pb.turns * 2 * math.pi
-        j = int(np.argmax(np.abs(turns_a - turns_b) / np.maximum(np.maximum(abs(turns_a), abs(turns_b)), 1e-300)))
-        out.append(f"inv_freq: max relative difference {freq:.3g} (pair {j}: {turns_a[j]:.9g} vs {turns_b[j]:.9g}; "
+        n = lengths[at]
+        inv_a, inv_b = pa.turns_at(n) * 2 * math.pi, pb.turns_at(n) * 2 * math.pi
+        j = int(np.argmax(np.abs(inv_a - inv_b) / np.maximum(np.maximum(abs(inv_a), abs(inv_b)), 1e-300)))
+        when = "" if n is None else f" at seq_len {n}"
+        out.append(f"inv_freq{when}: max relative difference {freq:.3g} (pair {j}: {inv_a[j]:.9g} vs {inv_b[j]:.9g}; "
                    f"base {la.base:g} vs {lb.base:g}, scaling {la.rope_type} vs {lb.rope_type})")
     if attention > rtol:
         out.append(f"attention factor: {pa.attention_scale:.12g} vs {pb.attention_scale:.12g}")

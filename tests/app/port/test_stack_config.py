@@ -268,3 +268,13 @@ def test_megatron_keeps_hf_rows_and_rotary_interleaved_needs_a_permute():
     _caught(source, interleaved, "layout in HF row order: half vs interleaved")
     # the interleaved config is right for Meta-ordered weights: a row map that permutes them keeps the logits
     assert check_qk_row_map(source, interleaved, _meta_permute, num_heads=4, num_kv_heads=2) <= 1e-12
+
+
+def test_length_dependent_scaling_is_compared_beyond_its_switch():
+    """Dynamic NTK equals the unscaled frequencies up to the original length: the check evaluates it there,
+    one past it and beyond, and names the length where it differs."""
+    dynamic = read_hf_config(_hf({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8192}))
+    assert np.array_equal(dynamic.layers[0].plan().turns_at(8192), read_hf_config(_hf(None)).layers[0].plan().turns)
+    message = _caught(dynamic, read_hf_config(_hf(None)), "inv_freq at seq_len", "dynamic vs default")
+    assert "seq_len 8192:" not in message  # equal there: the reported length is one beyond the switch
+    assert verify_angles(dynamic, dynamic).max_rel_inv_freq == 0.0
