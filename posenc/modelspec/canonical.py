@@ -126,7 +126,7 @@ class ModelSpec:
 
     Attributes:
         source: the file (or "<dict>").
-        dialect: "hf", "gguf", "meta", "mlx", "vllm", "keras-hub", "maxtext".
+        dialect: "hf", "gguf", "meta", "mlx", "vllm", "keras-hub", "maxtext", "torchtitan", "megatron", "nemo".
         follows: the file and version of the code whose reading this reproduces.
         layers: one `LayerSpec` per decoder layer.
         row_order: "hf" or "meta" (see `ROW_ORDERS`).
