@@ -36,6 +36,8 @@ TRAINING_SETS = {
                         "per-row offsets 100 and 7 (a backward that ignores offsets fails)"),
     "backward-partial": (np.arange(8) + 3, {"rotary_dim": 8}, "dense", "backward",
                          "rotary_dim 8 of 16: the pass-through channels get the cotangent unchanged"),
+    "backward-interleaved": (np.arange(8) + 3, {"layout": "interleaved"}, "dense", "backward",
+                             "interleaved pairs (GPT-J, torchtune, Meta): the transposed rotation pair by pair"),
     "backward-zero-stride": (np.arange(8) + 5, {}, "zero-stride", "backward", COTANGENT_FORMS["zero-stride"]),
     "backward-bshd": (np.arange(8) + 5, {}, "bshd", "backward", COTANGENT_FORMS["bshd"]),
     "backward-non-contiguous": (np.arange(8) + 5, {}, "non-contiguous", "backward",

@@ -13,7 +13,7 @@ from ..impl.judge import judge, outputs_for
 from .inputs import expected_for
 from .profile import error_by_position
 from .record import UNVERSIONED, Record, impl_plan, one_line
-from .run_training import run_training, training_refusal
+from .run_training import kernel_serves, run_training, training_refusal
 
 __all__ = ["run_implementations", "REFERENCE_HELPERS"]
 
@@ -99,7 +99,7 @@ def _context_diagnosis(case, want, impl, dtype) -> dict:
 
 
 def _training(case, want, impl, dtype, record) -> Record:
-    reason = training_refusal(case, impl) or impl.refusal("apply_rope" if impl.kernel is None else None,
+    reason = training_refusal(case, impl) or impl.refusal(None if kernel_serves(impl, want.kwargs) else "apply_rope",
                                                           {k: v for k, v in want.kwargs.items() if k != "rotary_dim"},
                                                           dtype)
     if reason:

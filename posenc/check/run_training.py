@@ -11,7 +11,7 @@ from ..adapters import adapter
 from ..impl.precision import class_tolerance, spec_rotation
 from ..impl.training import angle_gradients, diagnose_backward, rope_backward, table_gradients
 
-__all__ = ["run_training", "training_refusal"]
+__all__ = ["run_training", "training_refusal", "kernel_serves"]
 
 
 def training_refusal(case, impl) -> str | None:
@@ -22,6 +22,9 @@ def training_refusal(case, impl) -> str | None:
         return f"{impl.name} computes in NumPy: no gradients to check"
     if impl.kernel is None and "apply_rope" not in impl.functions:
         return f"{impl.name} provides no apply_rope"
+    layout = case_layout(case)
+    if impl.kernel is not None and layout != impl.kernel[1]:
+        return f"{impl.name}'s kernel implements layout={impl.kernel[1]!r}; the case asks layout={layout!r}"
     if case.training != "backward" and impl.framework != "torch":
         return "aliasing and table gradients are autograd probes of torch implementations"
     if case.training == "table-grad" and impl.kernel is None and impl.angle_kernel is None:
@@ -30,6 +33,19 @@ def training_refusal(case, impl) -> str | None:
     if case.training == "table-grad" and not impl.table_grads:
         return f"{impl.name} declares table_grads=False"
     return None
+
+
+def case_layout(case) -> str:
+    """The RoPE layout a training case asks for (its registered keywords; half by default)."""
+    from .cases_training import TRAINING_SETS
+
+    return TRAINING_SETS.get(case.case_set, (None, {}))[1].get("layout", "half")
+
+
+def kernel_serves(impl, kwargs) -> bool:
+    """Whether the training probes call `impl`'s own kernel (transformers' signature) rather than differentiate
+    its `apply_rope`: it has one (a kernel in another layout than the case's makes the case a skip)."""
+    return impl.kernel is not None
 
 
 def _probe(case, want, impl, dtype, form):
@@ -45,7 +61,7 @@ def _probe(case, want, impl, dtype, form):
             from ..impl.training_torch import angle_probe
 
             return angle_probe(impl.angle_kernel, x, positions, kwargs, cotangent, dtype_name=dtype)
-        if impl.kernel is not None:
+        if kernel_serves(impl, kwargs):
             return kernel_probe(impl.kernel, x, positions, kwargs, cotangent, form=form, dtype_name=dtype,
                                 tables=case.training == "table-grad", order=order)
         return function_probe(impl.functions["apply_rope"], x, positions, kwargs, cotangent, form=form,

@@ -26,7 +26,8 @@ COLUMNS = (
                              "and the runtime variants) (float32)"),
     ("partial", "partial", "partial rotary: GPT-J (rotary_dim 64 of 72) and GPT-NeoX (rotary_pct 0.25) (float32)"),
     ("mrope", "M-RoPE", "multi-axis RoPE: Qwen2-VL, Qwen3-VL, the vision towers, FLUX, scaled sections (float32)"),
-    ("offsets", "offsets", "KV-cache offsets, per-row ids, left padding, [batch, seq, heads, dim] (float32)"),
+    ("offsets", "offsets", "KV-cache offsets, per-row ids, left padding, [batch, seq, heads, dim], a zigzag "
+                           "context-parallel rank's tokens (float32)"),
     ("long", "long positions", "unscaled RoPE at positions up to 2^20 (float32)"),
     ("bf16", "bf16", "every non-edge case in bfloat16"),
     ("fp16", "fp16", "every non-edge case in float16"),
@@ -36,11 +37,14 @@ COLUMNS = (
                              "zero-stride, [b,s,h,d] and non-contiguous; offsets; partial rotary (float32)"),
     ("aliasing", "aliasing", "inputs unchanged by the forward, the cotangent by the backward, the upstream "
                              "gradient through tanh -> kernel (float32)"),
-    ("table-grad", "table gradients", "d/dcos, d/dsin of the tables a kernel is fed (float32)"),
+    ("table-grad", "table gradients", "d/dcos, d/dsin of the tables a kernel is fed, d/dfreqs of an angle table "
+                                      "(float32)"),
+    ("autocast", "autocast", "float32 q inside torch.autocast(bfloat16) at positions 32760-32767: the library's "
+                             "own tables under mixed precision (float32 class)"),
 )
 _MROPE_PREFIXES = ("mrope-", "per-axis-")
 _MROPE_CONVENTIONS = ("qwen2-vl", "qwen3-vl", "qwen2-vl-vision", "pixtral", "flux")
-_OFFSET_SETS = ("kv-offset", "per-row", "left-pad", "broadcast")
+_OFFSET_SETS = ("kv-offset", "per-row", "left-pad", "broadcast", "cp-zigzag-rank0", "cp-zigzag-rank1")
 
 
 def install_recipe(name: str) -> str:
