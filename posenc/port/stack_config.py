@@ -43,8 +43,9 @@ from posenc_np.rope import apply_rope, permute_qk_rows, rope_frequencies
 from ..modelspec.canonical import ModelSpec
 from ..modelspec.compare import probe_positions, softmax_multiplier
 from ..modelspec.readers import read_hf_config, read_maxtext, read_megatron, read_nemo, read_torchtitan
-from ..modelspec.readers.megatron import yarn_mscale
+from ..modelspec.readers.megatron import megatron_sizes, yarn_mscale
 from ..modelspec.readers.torchtitan import TORCHTITAN_MODELS
+from .hf_config import heads
 
 __all__ = ["STACK_DIALECTS", "StackShape", "AngleReport", "target_config", "source_hf_config", "read_stack_config",
            "verify_angles", "angle_differences", "qk_row_map", "check_qk_row_map", "ANGLE_RTOL"]
@@ -274,15 +275,17 @@ def check_qk_row_map(source: ModelSpec, target: ModelSpec, map_rows, *, num_head
 # --- shapes --------------------------------------------------------------------------------------------
 
 def _hf_shape(cfg: dict) -> StackShape:
-    heads = int(cfg["num_attention_heads"])
+    try:
+        count, kv, head_dim = heads(cfg)  # the port's one reading of HF head counts
+        layers, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"the HF config lacks or mistypes a size: {error}") from None
     mla = None
     if cfg.get("qk_rope_head_dim"):
         mla = {k: cfg.get(k) for k in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "kv_lora_rank",
                                        "q_lora_rank")}
-    return StackShape(hidden_size=int(cfg["hidden_size"]), num_attention_heads=heads,
-                      num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-                      head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
-                      num_hidden_layers=int(cfg["num_hidden_layers"]), intermediate_size=cfg.get("intermediate_size"),
+    return StackShape(hidden_size=hidden, num_attention_heads=count, num_key_value_heads=kv, head_dim=head_dim,
+                      num_hidden_layers=layers, intermediate_size=cfg.get("intermediate_size"),
                       vocab_size=cfg.get("vocab_size"), rms_norm_eps=cfg.get("rms_norm_eps"),
                       tie_word_embeddings=cfg.get("tie_word_embeddings"),
                       max_position_embeddings=cfg.get("max_position_embeddings"), mla=mla)
@@ -331,20 +334,7 @@ def _megatron_node(dialect, cfg):
 
 
 def _megatron_shape(cfg: dict) -> StackShape:
-    _required(cfg, ("hidden_size", "num_attention_heads", "num_layers"), "megatron")
-    heads = int(cfg["num_attention_heads"])
-    mla = None
-    if cfg.get("multi_latent_attention"):
-        mla = {"qk_rope_head_dim": cfg.get("qk_pos_emb_head_dim", 64), "qk_nope_head_dim": cfg.get("qk_head_dim", 128),
-               "v_head_dim": cfg.get("v_head_dim", 128), "kv_lora_rank": cfg.get("kv_lora_rank", 512),
-               "q_lora_rank": cfg.get("q_lora_rank", 512)}
-    return StackShape(hidden_size=int(cfg["hidden_size"]), num_attention_heads=heads,
-                      num_key_value_heads=int(cfg.get("num_query_groups") or heads),
-                      head_dim=int(cfg.get("kv_channels") or cfg["hidden_size"] // heads),
-                      num_hidden_layers=int(cfg["num_layers"]), intermediate_size=cfg.get("ffn_hidden_size"),
-                      vocab_size=cfg.get("vocab_size"), rms_norm_eps=cfg.get("layernorm_epsilon"),
-                      tie_word_embeddings=cfg.get("share_embeddings_and_output_weights"),
-                      max_position_embeddings=cfg.get("seq_length") or cfg.get("max_position_embeddings"), mla=mla)
+    return StackShape(**megatron_sizes(cfg))
 
 
 # --- what a target can express ---------------------------------------------------------------------------

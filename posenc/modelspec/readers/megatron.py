@@ -30,7 +30,8 @@ import math
 
 from ..canonical import Finding, LayerSpec, ModelSpec
 
-__all__ = ["read_megatron", "read_nemo", "MEGATRON_KEYS", "MLA_DEFAULTS", "NEMO2_CLASS_DEFAULTS", "yarn_mscale"]
+__all__ = ["read_megatron", "read_nemo", "megatron_sizes", "MEGATRON_KEYS", "MLA_DEFAULTS", "NEMO2_CLASS_DEFAULTS",
+           "yarn_mscale"]
 
 _MC = "megatron-core 0.16.1 models/common/embeddings/rotary_pos_embedding.py, yarn_rotary_pos_embedding.py"
 
@@ -238,6 +239,27 @@ def read_megatron(config, *, source: str = "<dict>", dialect: str = "megatron", 
                      max_position_embeddings=cfg.get("max_position_embeddings") or cfg.get("seq_length"),
                      original_max_position_embeddings=scaling.get("original_max_position_embeddings"),
                      attention_terms=terms, findings=findings)
+
+
+def megatron_sizes(config: dict, *, source: str = "megatron config") -> dict:
+    """The sizes of a Megatron config in HF names (`posenc.port.stack_config.StackShape` fields): head counts
+    (`num_query_groups` defaults to `num_attention_heads`, `kv_channels` to hidden_size // heads, as
+    `TransformerConfig.__post_init__` l.933-937 does), FFN, vocab, norm eps, tying, length; MLA's dims with
+    `MLATransformerConfig`'s defaults."""
+    cfg = config
+    if isinstance(cfg.get("model"), dict) and "num_layers" in cfg["model"]:
+        cfg = cfg["model"]
+    count, layers, hidden = (_int(cfg, k, source) for k in ("num_attention_heads", "num_layers", "hidden_size"))
+    mla = None
+    if cfg.get("multi_latent_attention"):
+        mla = {"qk_rope_head_dim": cfg.get("qk_pos_emb_head_dim", 64), "qk_nope_head_dim": cfg.get("qk_head_dim", 128),
+               "v_head_dim": cfg.get("v_head_dim", 128), "kv_lora_rank": cfg.get("kv_lora_rank", 512),
+               "q_lora_rank": cfg.get("q_lora_rank", 512)}
+    return dict(hidden_size=hidden, num_attention_heads=count, num_key_value_heads=int(cfg.get("num_query_groups") or count),
+                head_dim=int(cfg.get("kv_channels") or hidden // count), num_hidden_layers=layers,
+                intermediate_size=cfg.get("ffn_hidden_size"), vocab_size=cfg.get("vocab_size"),
+                rms_norm_eps=cfg.get("layernorm_epsilon"), tie_word_embeddings=cfg.get("share_embeddings_and_output_weights"),
+                max_position_embeddings=cfg.get("seq_length") or cfg.get("max_position_embeddings"), mla=mla)
 
 
 #: NeMo 2 `nemo/collections/llm/gpt/model/llama.py` (NVIDIA/NeMo 008df615) rope defaults per config class:
