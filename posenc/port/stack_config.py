@@ -575,6 +575,13 @@ def _write_megatron(spec: ModelSpec, shape: StackShape, nemo: bool = False) -> d
 
 
 def _write_nemo(spec: ModelSpec, shape: StackShape) -> dict:
+    """NeMo 2's model.yaml tree. Its GPTConfig (nemo/collections/llm/gpt/model/base.py, NeMo 0175f4c6) passes
+    position_embedding_type 'learned_absolute' | 'rope', rotary_base, rotary_percent and
+    seq_len_interpolation_factor to GPTModel and has no yarn keys; llama3 goes through Llama31Config."""
+    rotary = next((la for la in spec.layers if la.rope), None)
+    if rotary is not None and rotary.rope_type == "yarn":
+        raise ValueError("nemo: NeMo 2's GPTConfig has no yarn keys (position_embedding_type is 'learned_absolute' "
+                         "or 'rope', nemo/collections/llm/gpt/model/base.py); use the megatron dialect")
     node = _write_megatron(spec, shape, nemo=True)
     llama31 = "scale_factor" in node
     cls = "Llama31Config" if llama31 else "LlamaConfig"

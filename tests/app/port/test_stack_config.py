@@ -47,7 +47,8 @@ SCALINGS = {
 #: (scaling, dialect) pairs the dialect cannot express, with a word of the reason.
 REFUSED = {("linear", "torchtitan"): "'none', 'llama' or 'yarn'",
            ("yarn", "torchtitan"): "no YaRN attention factor",
-           ("llama3.2", "maxtext"): "fixes llama3 scaling"}
+           ("llama3.2", "maxtext"): "fixes llama3 scaling",
+           ("yarn", "nemo"): "no yarn keys"}
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
             "num_hidden_layers": 2, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
             "kv_lora_rank": 512, "q_lora_rank": None, "head_dim": 64, "rope_theta": 10000.0, "vocab_size": 100,
