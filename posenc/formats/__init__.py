@@ -23,7 +23,7 @@ import os
 from ..errors import UsageError
 from . import shards
 from .base import Reader, drop_pages, read_guarded
-from .dcp import is_dcp_dir, is_torch_dist_dir, read_dcp, read_torch_dist, write_dcp, write_torch_dist
+from .dcp import is_dcp_dir, read_dcp, read_torch_dist, torch_dist_dir, write_dcp, write_torch_dist
 from .gguf import read_gguf, write_gguf
 from .keras_h5 import read_keras_h5, write_keras_h5
 from .msgpack import read_msgpack, write_msgpack
@@ -54,8 +54,8 @@ def directory_format(path):
     """The training-stack format of an existing directory (`torch_dist` before `dcp`: Megatron's is DCP plus
     its metadata.json), or None."""
     path = str(path)
-    if is_torch_dist_dir(path):
-        return "torch_dist"
+    if torch_dist_dir(path):
+        return "torch_dist"  # a NeMo 2 checkpoint too (its weights/)
     if is_dcp_dir(path):
         return "dcp"
     if is_orbax_dir(path):

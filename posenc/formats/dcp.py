@@ -34,6 +34,7 @@ from ..errors import UsageError
 from .base import Reader, checked, dtype_name
 
 __all__ = ["read_dcp", "write_dcp", "read_torch_dist", "write_torch_dist", "is_dcp_dir", "is_torch_dist_dir",
+           "torch_dist_dir",
            "TORCH_DIST_METADATA"]
 
 #: metadata.json of a Megatron-core torch_dist checkpoint (megatron/core/dist_checkpointing/core.py, 0.16.1)
@@ -44,6 +45,15 @@ TORCH_DIST_METADATA = {"sharded_backend": "torch_dist", "sharded_backend_version
 def is_dcp_dir(path) -> bool:
     """A directory holding DCP's `.metadata` (torchtitan's checkpoint; also the inside of torch_dist)."""
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, ".metadata"))
+
+
+def torch_dist_dir(path):
+    """The torch_dist directory `path` names: itself, or a NeMo 2 checkpoint's `weights/` (beside `context/`); None
+    when neither is one."""
+    for candidate in (str(path), os.path.join(str(path), "weights")):
+        if is_torch_dist_dir(candidate):
+            return candidate
+    return None
 
 
 def is_torch_dist_dir(path) -> bool:
@@ -147,12 +157,11 @@ def write_dcp(path, entries, metadata=None) -> None:
 def read_torch_dist(path) -> Reader:
     """A `Reader` over a Megatron-core `torch_dist` checkpoint directory (its DCP tensors; `common.pt` is state,
     not tensors, and is left unread)."""
-    path = str(path)
-    if not is_torch_dist_dir(path):
-        raise UsageError(f"{path!r} is not a Megatron torch_dist checkpoint (needs .metadata and a metadata.json "
-                         "with sharded_backend torch_dist)")
-    reader = read_dcp(path, what="torch_dist")
-    return reader
+    found = torch_dist_dir(path)
+    if found is None:
+        raise UsageError(f"{str(path)!r} is not a Megatron torch_dist checkpoint (needs .metadata and a metadata.json "
+                         "with sharded_backend torch_dist, in it or in its weights/ as NeMo 2 writes them)")
+    return read_dcp(found, what="torch_dist")
 
 
 def write_torch_dist(path, entries, metadata=None) -> None:

@@ -135,6 +135,9 @@ def hf_llama_to_stack(dialect, reader, options):
 def _hf_from_stack(dialect, stack_config, stack_reader, what):
     """The HF config of a stack checkpoint: stack_config's translation, sizes the stack config lacks from shapes."""
     config = _translate(source_hf_config, what, dialect, stack_config)
+    if dialect == "nemo":
+        stack_config = stack_config.get("config") or stack_config
+        dialect = "megatron"
     if dialect == "torchtitan":
         model = stack_config.get("model_spec", {}).get("model", stack_config)
         config.setdefault("rms_norm_eps", float((model.get("norm") or {}).get("eps", 1e-5)))  # RMSNorm.Config default
@@ -166,10 +169,13 @@ def stack_to_hf_llama(dialect, reader, options):
     stack_reader = getattr(reader, "stack_reader", reader)
     directory = stack_reader.path
     stack_config, config_path = read_stack_config_file(dialect, directory)
-    config = _hf_from_stack(dialect, stack_config, stack_reader, what)
+    config_dialect = dialect
+    if dialect == "megatron" and str(stack_config.get("_target_", "")).startswith("nemo."):
+        config_dialect = "nemo"  # NeMo 2's context/model.yaml: the TransformerConfig under `config`
+    config = _hf_from_stack(config_dialect, stack_config, stack_reader, what)
     dims = dims_of(config)
     layout = LAYOUTS[dialect](dims)
-    source_order = read_stack_config(dialect, stack_config, source=config_path).row_order
+    source_order = read_stack_config(config_dialect, stack_config, source=config_path).row_order
     rope = _rope_settings(config, what, _layout_of(source_order), "half")
     names = canonical_names(dims)
     rules = Rules(rename=[("*", "*")], strict=True, require=names, rope_q=[_Q], rope_k=[_K], heads=dims.heads,
@@ -181,7 +187,8 @@ def stack_to_hf_llama(dialect, reader, options):
     sidecar["hf_config"] = hf_config
     sidecar["stack"] = {"dialect": dialect, "config_file": config_path}
     return Preset(rules, target_format="safetensors-dir", rope=rope, sidecar=sidecar,
-                  extra=[_angle_check(hf_config, dialect, stack_config)], layout=layout, stack_config=stack_config)
+                  extra=[_angle_check(hf_config, config_dialect, stack_config)], layout=layout,
+                  stack_config=stack_config)
 
 
 def _builder(fn, dialect, name):
