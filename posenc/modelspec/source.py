@@ -41,9 +41,10 @@ def _is_megatron(data: dict) -> bool:
 def _detect(data: dict, path: str) -> str:
     if isinstance(data.get("model_spec"), dict) and "model" in data["model_spec"] or "rope_scaling_args" in data:
         return "torchtitan"
-    if _is_nemo(data):
+    hf_keys = "model_type" in data or "architectures" in data  # ChatGLM's HF config has num_layers, kv_channels
+    if not hf_keys and _is_nemo(data):
         return "nemo"
-    if _is_megatron(data):
+    if not hf_keys and _is_megatron(data):
         return "megatron"
     if path.endswith((".yml", ".yaml")):
         return "maxtext"

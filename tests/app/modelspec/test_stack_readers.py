@@ -163,3 +163,10 @@ def test_torchtitan_02_scales_every_llama3_flavour(tmp_path, capsys):
         read_torchtitan({**TITAN02_8B, "rope_type": "llama3"})
     from posenc.port.stack_config import source_hf_config
     assert source_hf_config("torchtitan", TITAN02_8B)["rope_scaling"]["factor"] == 8.0  # never dropped
+
+
+def test_an_hf_config_with_megatron_like_names_stays_hf():
+    """ChatGLM's HF config.json carries num_layers and kv_channels: model_type keeps it with the HF reader."""
+    from posenc.modelspec.source import _detect
+    assert _detect({"model_type": "chatglm", "num_layers": 2, "kv_channels": 128}, "config.json") == "hf"
+    assert _detect({"num_layers": 2, "kv_channels": 128, "rotary_base": 10000}, "config.json") == "megatron"
