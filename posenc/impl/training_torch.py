@@ -89,7 +89,7 @@ def kernel_probe(kernel, x, positions, kwargs, cotangent, *, form, dtype_name, t
     wk = cotangent_in_form(np.ascontiguousarray(np.flip(cotangent[..., :r], heads)), form, dtype)
     leaves = [q_leaf, k_leaf] + ([cos, sin] if tables else [])
     outs, grads, written, mutated = _aliasing(lambda: fn(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim),
-                                              [("q", q_leaf), ("k", k_leaf)], [wq, wk], leaves)
+                                              [("q", q), ("k", k)], [wq, wk], leaves)
     grads = [_from_leaf(grads[0], order), _from_leaf(grads[1], order), *grads[2:]]
     result = dict(grad_q=_np(grads[0]), grad_k=np.flip(_np(grads[1]), heads), written=written,
                   cotangent_mutated=mutated, cos=cos64, sin=sin64, heads_axis=heads, rotary_dim=r)
@@ -129,7 +129,7 @@ def function_probe(fn, x, positions, kwargs, cotangent, *, form, dtype_name, ord
     leaf, xt = _leaf_and_view(x, dtype, order)
     pt = adapter("torch").from_numpy(np.asarray(positions))
     w = cotangent_in_form(cotangent, form, dtype)
-    outs, grads, written, mutated = _aliasing(lambda: _first(fn(xt, pt, **kwargs)), [("x", leaf)], [w], [leaf])
+    outs, grads, written, mutated = _aliasing(lambda: _first(fn(xt, pt, **kwargs)), [("x", xt)], [w], [leaf])
     return dict(grad_q=_np(_from_leaf(grads[0], order)), written=written, cotangent_mutated=mutated,
                 upstream=_upstream(lambda h: _first(fn(h, pt, **kwargs)), x, cotangent, dtype, order))
 
