@@ -61,7 +61,6 @@ FRAMEWORK_CODE = {
     "posenc/formats/msgpack.py": "Flax checkpoints are flax.serialization msgpack",
     "posenc/formats/dcp.py": "torch distributed checkpoints (torchtitan, Megatron torch_dist) are read and written "
                              "with torch.distributed.checkpoint",
-    "posenc/formats/orbax.py": "Orbax checkpoints (MaxText) are read and written with orbax-checkpoint on JAX",
     "posenc/onnx/graphs.py": "builds ONNX graphs (onnx.helper) and runs them on ONNX Runtime",
     "posenc/impl/builtin/": "third-party implementations `posenc check --impl` runs in their own framework",
     "posenc/impl/training_torch.py": "autograd probes of torch kernels: version counters, in-place writes, "

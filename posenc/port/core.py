@@ -28,6 +28,7 @@ from ..io import (
 )
 from .checks import Check, verify_plan
 from .mapping import build_plan
+from .stacks import pack_entries, verify_stack
 
 __all__ = ["port", "PortResult", "UNVERIFIED_SUFFIX", "report_text", "write_json"]
 
@@ -132,10 +133,7 @@ def port(source, target, rules, *, rope=None, sidecar=None, extra=(), metadata=N
     if rope is not None:
         rope = _check_rope(rope, entries, sidecar)
     if fmt in DIRECTORY_FORMATS:
-        from .stacks import port_stack
-
-        return port_stack(source, target, reader, entries, layout, stack_config, rope=rope, sidecar=sidecar,
-                          extra=extra, seed=seed)
+        return _port_stack(source, target, reader, entries, layout, stack_config, rope, sidecar, extra, seed)
     limit = max_shard_size or (DEFAULT_MAX_SHARD_SIZE if fmt == "safetensors-dir" else None)
     if fmt == "safetensors-dir" or (fmt == "safetensors" and limit and _total_bytes(entries) > limit):
         return _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadata, seed, fmt, limit)
@@ -185,6 +183,26 @@ def _port_sharded(source, target, reader, entries, rope, sidecar, extra, metadat
             final = target
         else:
             final = tmp.commit(target if verified else target + UNVERIFIED_SUFFIX)
+    sidecar_path = None
+    if sidecar is not None:
+        sidecar_path = final + ".rope.json"
+        write_json(sidecar_path, sidecar)
+    return PortResult(source, target, final, verified, entries, checks, sidecar_path, rope)
+
+
+def _port_stack(source, target, reader, entries, layout, stack_config, rope, sidecar, extra, seed):
+    """A training stack's checkpoint directory (posenc.port.stacks): packed tensors and `stack_config` written into a
+    temporary sibling directory, verified, then renamed to TARGET (or TARGET.unverified)."""
+    packed = pack_entries(entries, reader, layout)
+    target = target.rstrip(os.sep)
+    with _atomic_directory(target) as tmp:
+        try:
+            path = layout.write(tmp.path, packed, stack_config)
+        except (ValueError, TypeError, OSError, RuntimeError) as error:  # torch.save / orbax / tensorstore errors
+            raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
+        checks = verify_stack(path, reader, entries, packed, layout, rope, extra, seed, _guarded)
+        verified = bool(checks) and all(c.passed for c in checks)
+        final = tmp.commit(target if verified else target + UNVERIFIED_SUFFIX)
     sidecar_path = None
     if sidecar is not None:
         sidecar_path = final + ".rope.json"

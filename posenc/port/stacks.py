@@ -26,8 +26,9 @@ Memory: a stacked tensor (all layers of one kind) is read once per group of cano
 one-entry cache, canonical names ordered by the stacked tensor they come from), so reading holds about one
 stacked tensor; writing DCP and Orbax takes the whole state (`posenc.formats.dcp`, `posenc.formats.orbax`).
 
-`port_stack` writes a stack TARGET: the packed tensors and the stack's config file into a temporary sibling
-directory, verified, then renamed (a failed verification keeps it as TARGET.unverified). Verification:
+`posenc.port.core` writes a stack TARGET: the packed tensors (`pack_entries`) and the stack's config file into a
+temporary sibling directory, verified (`verify_stack`), then renamed (a failed verification keeps it as
+TARGET.unverified). Verification:
 `packed` (every stored tensor equals the packing of the canonical tensors, bit for bit), the port's plan checks
 on the canonical tensors (`written`, `rope-logits`), and `unpacked` (the stored tensors unpacked again equal the
 canonical ones: exact, except MaxText's query when sqrt(head_dim) is not a power of two, where the 1/sqrt(head_dim)
@@ -50,7 +51,7 @@ from ..formats.base import Reader, dtype_name
 from .checks import Check
 
 __all__ = ["Dims", "dims_of", "canonical_names", "StackLayout", "TorchtitanLayout", "MaxTextLayout",
-           "MegatronLayout", "LAYOUTS", "port_stack", "read_stack_config_file"]
+           "MegatronLayout", "LAYOUTS", "pack_entries", "verify_stack", "read_stack_config_file"]
 
 #: canonical per-layer tensors: short role -> HF `LlamaForCausalLM` name under `model.layers.N.`
 LAYER = {"q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
@@ -558,38 +559,23 @@ def _within_rounding(kind, name, actual, desired) -> Check:
                  "by sqrt(head_dim) each round once)", err <= atol)
 
 
-def port_stack(source, target, reader, entries, layout, config, *, rope, sidecar, extra, seed):
-    """Write `entries` (canonical tensors) packed by `layout` with `config` into the directory TARGET, verify, commit.
-
-    Returns a `core.PortResult`; the directory appears by one rename, TARGET.unverified when a check fails."""
-    from . import core
-
+def pack_entries(entries, reader, layout) -> list:
+    """The stack tensors `layout` stores for the planned canonical `entries` (each produced from `reader` on demand);
+    UsageError when a canonical tensor the stack stores is missing."""
     tensors = {e.target: (e.shape, e.dtype, (lambda e=e: e.produce(reader))) for e in entries}
     missing = [n for n in canonical_names(layout.dims) if n not in tensors]
     if missing:
         raise UsageError(f"SOURCE lacks canonical tensor(s) {', '.join(missing[:5])} that {layout.name} stores")
-    packed = layout.pack(tensors)
-    target = target.rstrip(os.sep)
-    with core._atomic_directory(target) as tmp:
-        try:
-            path = layout.write(tmp.path, packed, config)
-        except (ValueError, TypeError, OSError, RuntimeError) as error:
-            raise UsageError(f"cannot write {target!r}: {type(error).__name__}: {error}") from None
-        checks = _verify_stack(path, reader, entries, packed, layout, rope, extra, seed)
-        verified = bool(checks) and all(c.passed for c in checks)
-        final = tmp.commit(target if verified else target + core.UNVERIFIED_SUFFIX)
-    sidecar_path = None
-    if sidecar is not None:
-        sidecar_path = final + ".rope.json"
-        core.write_json(sidecar_path, sidecar)
-    return core.PortResult(source, target, final, verified, entries, checks, sidecar_path, rope)
+    return layout.pack(tensors)
 
 
-def _verify_stack(path, reader, entries, packed, layout, rope, extra, seed):
-    """`packed` bit for bit, the plan's checks on the canonical tensors, `unpacked` round trip, then `extra`."""
+def verify_stack(path, reader, entries, packed, layout, rope, extra, seed, guard) -> list:
+    """The checks of a stack TARGET written at `path` (what `layout.write` returned): `packed` bit for bit, the
+    plan's checks on the canonical tensors (`guard` wraps each check function: core._guarded), `unpacked` round
+    trip, then `extra`."""
     from .checks import verify_plan
-    from .core import _guarded
 
+    _guarded = guard
     written = open_reader(path, layout.fmt)
     checks = []
     for name, _, _, thunk in packed:
