@@ -87,8 +87,12 @@ def _total_bytes(entries):
 def _target_format(target, preset_format) -> str:
     """TARGET's format: its name's, or for a preset that writes a directory (mlx-lm's) a name without a file
     suffix taken as that directory, with or without a trailing `/`, as users name directories."""
-    if preset_format in DIRECTORY_FORMATS and not os.path.isfile(str(target)):
-        return preset_format  # a training stack's checkpoint directory (posenc.port.stacks), named as given
+    if preset_format in DIRECTORY_FORMATS:  # a training stack's checkpoint directory (posenc.port.stacks)
+        try:
+            named = detect_format(target)
+        except UsageError:
+            return preset_format  # a name without a file suffix: the directory, as given
+        return preset_format if named in ("safetensors-dir", *DIRECTORY_FORMATS) else named
     try:
         return detect_format(target)
     except UsageError:

@@ -619,3 +619,17 @@ def test_existing_target_is_never_overwritten(round_trip, tmp_path, capsys):
     stack = round_trip["stack"]
     assert cli("port", round_trip["src"], target, "--preset", f"hf-llama-to-{stack}") == 2
     assert os.listdir(target) == ["keep"]
+
+
+def test_posenc_spec_reads_the_written_config_as_the_hf_config(round_trip, capsys):
+    """`posenc spec STACK_CONFIG config.json` exits 0: the written config means the HF config's encoding."""
+    name = {"torchtitan": "job_config.json", "maxtext": "maxtext.yml", "megatron": "transformer_config.json"}
+    capsys.readouterr()
+    assert cli("spec", round_trip["out"] / name[round_trip["stack"]], round_trip["src"] / "config.json") == 0
+    assert "SAME encoding" in capsys.readouterr().out
+
+
+def test_a_file_name_is_not_taken_as_a_stack_directory(hf, tmp_path, capsys):
+    capsys.readouterr()
+    assert cli("port", hf[0], tmp_path / "out.safetensors", "--preset", "hf-llama-to-torchtitan") == 2
+    assert "writes dcp" in capsys.readouterr().err and not (tmp_path / "out.safetensors").exists()
