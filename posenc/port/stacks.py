@@ -155,6 +155,11 @@ class StackLayout:
         """The canonical view of a stack checkpoint; UsageError naming the tensors it lacks or whose shape differs."""
         keys = self.keys(reader)
         parts = self.parts(keys)
+        consumed = set(keys.values())
+        unknown = [n for n in reader.names() if n not in consumed and self.is_model_tensor(n)]
+        if unknown:
+            raise UsageError(f"{reader.path!r}: {self.name} model tensor(s) {', '.join(unknown[:5])} have no place in "
+                             "a Llama checkpoint (biases, extra modules, unscanned layers): not converted silently")
         expected = self.stack_shapes()
         for role, key in keys.items():
             want = expected.get(role)
@@ -165,6 +170,13 @@ class StackLayout:
 
     def stack_shapes(self) -> dict:
         raise NotImplementedError
+
+    #: name prefixes of the model's own tensors (other items: optimizer, schedulers, train state, are not read)
+    MODEL_PREFIXES = ()
+
+    def is_model_tensor(self, name) -> bool:
+        """Whether `name` belongs to the model (so an unread one is an error, not optimizer state)."""
+        return name.startswith(self.MODEL_PREFIXES)
 
     # -- writing
     def pack(self, tensors) -> list:
@@ -212,6 +224,7 @@ class TorchtitanLayout(StackLayout):
                   "norm2": "ffn_norm.weight"}
     LEGACY = {"q": "attention.wq.weight", "k": "attention.wk.weight", "v": "attention.wv.weight"}
     TOP_KEYS = {"embed": ("tok_embeddings.weight",), "norm": ("norm.weight",), "head": ("lm_head.weight", "output.weight")}
+    MODEL_PREFIXES = ("layers.", "tok_embeddings.", "norm.", "lm_head.", "output.")
 
     def keys(self, reader):
         keys = {role: _find(reader, names, role) for role, names in self.TOP_KEYS.items()
@@ -268,6 +281,7 @@ class MaxTextLayout(StackLayout):
                   "norm2": "decoder/layers/post_self_attention_layer_norm/scale"}
     TOP_KEYS = {"embed": "token_embedder/embedding", "norm": "decoder/decoder_norm/scale",
                 "head": "decoder/logits_dense/kernel"}
+    MODEL_PREFIXES = ("params/params/",)
 
     @property
     def scale(self) -> float:
@@ -390,6 +404,8 @@ class MegatronLayout(StackLayout):
     NORM2 = ("decoder.layers.mlp.linear_fc1.layer_norm_weight", "decoder.layers.pre_mlp_layernorm.weight")
     TOP_KEYS = {"embed": "embedding.word_embeddings.weight", "norm": "decoder.final_layernorm.weight",
                 "head": "output_layer.weight"}
+    MODEL_PREFIXES = ("decoder.", "embedding.", "output_layer.", "module.decoder.", "module.embedding.",
+                      "module.output_layer.")
 
     def stack_shapes(self):
         d = self.dims

@@ -633,3 +633,54 @@ def test_a_file_name_is_not_taken_as_a_stack_directory(hf, tmp_path, capsys):
     capsys.readouterr()
     assert cli("port", hf[0], tmp_path / "out.safetensors", "--preset", "hf-llama-to-torchtitan") == 2
     assert "writes dcp" in capsys.readouterr().err and not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_tied_embeddings_round_trip(tmp_path, stack):
+    """tie_word_embeddings: no lm_head in SOURCE; torchtitan `enable_weight_tying`, MaxText `logits_via_embedding`,
+    Megatron `share_embeddings_and_output_weights`; the way back says tied again."""
+    src = tmp_path / "hf"
+    _save_hf(src, tie_word_embeddings=True)
+    assert cli("port", src, tmp_path / "s", "--preset", f"hf-llama-to-{stack}") == 0
+    assert cli("port", tmp_path / "s", tmp_path / "back", "--preset", f"{stack}-to-hf-llama") == 0
+    a, b = _tensors(src), _tensors(tmp_path / "back")
+    assert "lm_head.weight" not in b and sorted(a) == sorted(b) and all(np.array_equal(a[n], b[n]) for n in a)
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["tie_word_embeddings"] is True
+
+
+def test_the_way_back_keeps_the_scaling(round_trip):
+    """NeMo #12497 / #14523 wrote `rope_scaling: null` on export: the HF config written back carries llama3's dict."""
+    back = json.loads((round_trip["back"] / "config.json").read_text())
+    scaling = back.get("rope_scaling") or back.get("rope_parameters")
+    assert {k: scaling[k] for k in ("rope_type", "factor", "low_freq_factor", "high_freq_factor",
+                                     "original_max_position_embeddings")} == \
+        {k: v for k, v in LLAMA3.items() if k != "rope_theta"}
+
+
+def test_dropped_linear_scaling_is_caught_by_the_angle_check(tmp_path):
+    """Megatron-Bridge #5097: linear scaling dropped from the written config. Planted into the config a port
+    writes, the `angles` check fails and TARGET is kept aside."""
+    src = tmp_path / "hf"
+    _save_hf(src, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0})
+    preset = get_preset("hf-llama-to-megatron", open_reader(src))
+    assert preset.stack_config["seq_len_interpolation_factor"] == 4
+    del preset.stack_config["seq_len_interpolation_factor"]
+    result = port(src, tmp_path / "mg", preset.rules, rope=preset.rope, sidecar=preset.sidecar, extra=preset.extra,
+                  target_format=preset.target_format, layout=preset.layout, stack_config=preset.stack_config)
+    assert not result.verified and {c.kind for c in result.checks if not c.passed} == {"angles"}
+    assert not (tmp_path / "mg").exists()
+
+
+@pytest.mark.parametrize("round_trip", ["megatron"], indirect=True)
+def test_a_model_tensor_without_a_place_is_refused(round_trip, tmp_path, capsys):
+    """A bias the Llama layout has no place for is an error (exit 2), never dropped silently."""
+    from posenc.formats import write_checkpoint
+
+    stored = _tensors(round_trip["out"])
+    stored["decoder.layers.self_attention.linear_qkv.bias"] = np.zeros((2, 128), np.float32)
+    extra = tmp_path / "extra"
+    write_checkpoint(extra, "torch_dist", [(n, a.shape, a.dtype.name, lambda a=a: a) for n, a in stored.items()])
+    (extra / "transformer_config.json").write_text((round_trip["out"] / "transformer_config.json").read_text())
+    capsys.readouterr()
+    assert cli("port", extra, tmp_path / "back", "--preset", "megatron-to-hf-llama") == 2
+    assert "linear_qkv.bias" in capsys.readouterr().err and not (tmp_path / "back").exists()
