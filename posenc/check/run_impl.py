@@ -125,6 +125,7 @@ class _Namespace:
     def __init__(self, impl):
         self._impl = impl
         self.framework = impl.framework  # cases that run under a framework's context (autocast) read it
+        self.used = False  # whether the case called any of the implementation's own functions
 
     def __getattr__(self, name):
         fn = self._impl.functions.get(name)
@@ -132,6 +133,7 @@ class _Namespace:
             return getattr(adapter(self._impl.framework).module, name)
         if fn is None:
             raise _Absent(name)
+        self.used = True
         return _guarded(self._impl, name, fn)
 
 
@@ -159,10 +161,13 @@ def _call(impl, case, args, kwargs, *, fn=None):
     if fn is None:
         out = _guarded(impl, case.encoding, impl.functions[case.encoding])(*inputs, **kwargs)
     else:
+        namespace = _Namespace(impl)
         try:
-            out = fn(_Namespace(impl), *inputs, **kwargs)
+            out = fn(namespace, *inputs, **kwargs)
         except _Absent as missing:
             raise NotSupported(f"the case also calls {missing}, which {impl.name} does not provide") from None
+        if not namespace.used:  # only posenc's own helpers ran: nothing of the implementation was checked
+            raise NotSupported(f"the case calls none of {impl.name}'s functions")
     return _to_numpy(ad, out)
 
 

@@ -1,11 +1,12 @@
-"""The ecosystem table: every installed built-in `--impl` adapter run through the RoPE registry, one dated
-JSON and the two pages generated from it: the table with failures and findings (docs/ecosystem.md) and the
+"""The ecosystem tables: every installed built-in `--impl` adapter run through the registry (RoPE, and one
+table per other family it has: sinusoids, resizes, ALiBi, T5, ...), one dated JSON and the two pages generated
+from it: the table with failures and findings (docs/ecosystem.md) and the
 documentation site's coloured scoreboard (docs/scoreboard.md).
 
     python -m posenc.ecosystem [--json docs/ecosystem.json] [--markdown docs/ecosystem.md]
                                     [--scoreboard docs/scoreboard.md] [--from-json FILE] [--impl NAME ...] [--merge]
 
-Each built-in runs in its own process (`posenc check --impl NAME --encoding rope --json ...`): a library
+Each built-in runs in its own process (`posenc check --impl NAME --encoding rope,sinusoidal,... --json ...`): a library
 may set process state (Triton's interpreter) or abort the process (a failed GGML_ASSERT), and one must not
 spoil the others' rows. `--from-json` re-renders the Markdown from an existing JSON without running (the
 findings, text rather than measurements, are refreshed from this module; `--json` then names where the
@@ -20,7 +21,10 @@ JSON schema ("posenc-ecosystem/1"), one object:
 
 * `schema`, `generated` (UTC ISO date-time), `posenc` (version), `command` (how it was made), `host`
   (platform, python, "cpu" or the GPU's name: an environment is described by versions, never directories);
-* `columns`: `[{key, title, what}]`, the table's columns in order (`COLUMNS` below);
+* `columns`: `[{key, title, what}]`, the RoPE table's columns in order (`COLUMNS` below);
+* `families`: `{family: title}`, the other families with a table each (`FAMILIES`); an implementation's
+  `families` holds, per family it ran a comparison in, `summary`, `cells` (`{group: cell}`, a group being a
+  convention in float32 or `bf16` / `fp16`) and `failures`;
 * `implementations`: one object per implementation (a built-in may hold several), with `generated` and
   `host` of its own run, `builtin` (the `--impl` name), `name` (the records' `backend`), `distribution`,
   `installed`, `version`, `angles` (its precision class), `description`, `install` (the recipe), `summary`
@@ -36,7 +40,7 @@ JSON schema ("posenc-ecosystem/1"), one object:
 from __future__ import annotations
 
 from .render import render_markdown, render_scoreboard
-from .table import COLUMNS, SCHEMA, collect, column_of, findings, install_recipe, merge
+from .table import COLUMNS, FAMILIES, SCHEMA, collect, column_of, findings, install_recipe, merge
 
-__all__ = ["COLUMNS", "SCHEMA", "column_of", "collect", "findings", "install_recipe", "merge", "render_markdown",
+__all__ = ["COLUMNS", "FAMILIES", "SCHEMA", "column_of", "collect", "findings", "install_recipe", "merge", "render_markdown",
            "render_scoreboard"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import html
 
 from ..check.html import ERR_TOL_FLOOR, cell_colour
@@ -35,15 +36,16 @@ def render_markdown(report: dict) -> str:
     cols = report["columns"]
     date = report["generated"][:10]
     lines = [
-        "# The ecosystem table: other RoPE implementations against the float64 spec",
+        "# The ecosystem tables: other libraries' positional encodings against the float64 spec",
         "",
         f"Generated {report['generated']} by `{report['command']}` (posenc {report['posenc']}, "
         f"{report['host']['platform']}, Python {report['host']['python']}, device: {report['host']['device']}); "
         "the data is `docs/ecosystem.json` (schema in `posenc/ecosystem/__init__.py`). Do not edit this page: "
         "rerun the command.",
         "",
-        "Each row is one implementation run through posenc's RoPE registry with `posenc check --impl NAME "
-        "--encoding rope` (docs/impl.md): every case it can express is compared with the float64 spec under its "
+        "The first table is RoPE; one table per other family follows (sinusoids, resizes, ALiBi, T5, ...). "
+        "Each row is one implementation run through posenc's registry with `posenc check --impl NAME "
+        "--encoding rope,...` (docs/impl.md): every case it can express is compared with the float64 spec under its "
         "precision class (`angles`: `float32` for libraries that form angles in float32, `table` for kernels "
         "fed posenc's float64 tables); what it cannot express is a skip with the reason. A cell reads "
         "`pass N` (every comparison passed), `fail F/N (diagnosis)` (F of N failed; the diagnosis names the "
@@ -73,6 +75,7 @@ def render_markdown(report: dict) -> str:
         for e in missing:
             why = e.get("run_error") or "not installed"
             lines.append(f"- **{e['builtin']}** ({e['distribution']}): {why}. Install: {e['install']}")
+    lines += _family_tables(report)
     lines += ["", "## Failures", ""]
     for e in report["implementations"]:
         fails = e.get("failures") or []
@@ -86,6 +89,14 @@ def render_markdown(report: dict) -> str:
             lines.append(f"| {f['case']} | {f['dtype']} | {f['diagnosis'] or f['status']} | {ratio} | {angle} | "
                          f"{f['position']} | {f['channel']} |")
         lines.append("")
+        for family, part in (e.get("families") or {}).items():
+            if part["failures"]:
+                lines += [f"### {e['name']} {e['version']}: {family}", "", "| case | dtype | diagnosis | err/tol |",
+                          "|---|---|---|---|"]
+                lines += [f"| {f['case']} | {f['dtype']} | {f['diagnosis'] or f['status']} | "
+                          + ("–" if f["err_in_tol"] is None else f"{f['err_in_tol']:.3g}") + " |"
+                          for f in part["failures"]]
+                lines.append("")
     lines += ["## Findings", "", "Upstream behaviour the checks found, each with a minimal reproduction "
               "(versions as in the table).", ""]
     for n, f in enumerate(report["findings"], 1):
@@ -145,9 +156,67 @@ def render_scoreboard(report: dict) -> str:
         *rows,
         "</tbody></table>",
         "",
+        *_family_scoreboards(report),
     ])
 
 
+def _family_scoreboards(report: dict) -> list[str]:
+    """The scoreboard's table per non-RoPE family, coloured as the RoPE one."""
+    lines = []
+    for family, title in (report.get("families") or {}).items():
+        rows = list(_family_rows(report, family))
+        if not rows:
+            continue
+        columns = family_columns(report, family)
+        lines += [f"## {html.escape(title[0].upper() + title[1:])}", "",
+                  '<table class="scoreboard"><thead><tr><th>implementation</th><th>version</th><th>ran</th>'
+                  "<th>precision</th>" + "".join(f"<th>{html.escape(g)}</th>" for g in columns) + "</tr></thead><tbody>"]
+        for e, part in rows:
+            cells = "".join(_cell_html(part["cells"].get(g, _NOT_RUN)) for g in columns)
+            lines.append(f"<tr><th>{html.escape(e['name'])}</th><td>{html.escape(str(e['version']))}</td>"
+                         f"<td>{html.escape(e.get('generated', report['generated'])[:10])}</td>"
+                         f"<td>{html.escape(e['angles'])}</td>{cells}</tr>")
+        lines += ["</tbody></table>", ""]
+    return lines
+
+
+
+
+def family_columns(report: dict, family: str) -> list[str]:
+    """A family table's columns: every group some implementation ran a comparison in (conventions, then the
+    half-precision dtypes)."""
+    ran = {g for e in report["implementations"] for g, c in ((e.get("families") or {}).get(family, {})
+                                                              .get("cells", {}).items())
+           if c["pass"] + c["fail"] + c["error"]}
+    return sorted(g for g in ran if g not in ("bf16", "fp16")) + [g for g in ("bf16", "fp16") if g in ran]
+
+
+def _family_rows(report: dict, family: str):
+    for e in report["implementations"]:
+        part = (e.get("families") or {}).get(family)
+        if e.get("installed") and not e.get("run_error") and part:
+            yield e, part
+
+
+def _family_tables(report: dict) -> list[str]:
+    """One dated table per non-RoPE family (`FAMILIES` of the JSON): implementation x case groups."""
+    lines = []
+    for family, title in (report.get("families") or {}).items():
+        columns = family_columns(report, family)
+        rows = list(_family_rows(report, family))
+        if not rows:
+            continue
+        lines += ["", f"## {title[0].upper() + title[1:]} (`--encoding {family}`, {report['generated'][:10]})", "",
+                  f"Each row: the implementation's `{family}` functions through every `{family}` case of the registry "
+                  "(float32 per convention; bf16 and fp16 over all its cases); precision class as declared.", "",
+                  "| implementation | version | precision | " + " | ".join(columns) + " | diagnoses |",
+                  "|---|---|---|" + "---|" * len(columns) + "---|"]
+        for e, part in rows:
+            cells = " | ".join(_cell_text(part["cells"].get(g, _NOT_RUN)) for g in columns)
+            found = collections.Counter(f["diagnosis"] or f["status"] for f in part["failures"])
+            named = ", ".join(f"{d} ×{n}" if n > 1 else d for d, n in found.most_common()) or "–"
+            lines.append(f"| {e['name']} | {e['version']} | {e['angles']} | {cells} | {named} |")
+    return lines
 
 
 def _one_per_builtin(entries):

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import __version__
 from ..impl.builtin import BUILTINS, builtin_module, builtin_status, load_builtin
 
-__all__ = ["COLUMNS", "SCHEMA", "column_of", "collect", "describe", "merge", "findings", "install_recipe"]
+__all__ = ["COLUMNS", "FAMILIES", "SCHEMA", "column_of", "family_group", "collect", "describe", "merge", "findings", "install_recipe"]
 
 SCHEMA = "posenc-ecosystem/1"
 
@@ -42,6 +42,18 @@ COLUMNS = (
     ("autocast", "autocast", "float32 q inside torch.autocast(bfloat16) at positions 32760-32767: the library's "
                              "own tables under mixed precision (float32 class)"),
 )
+#: the other families with a table of their own (family -> title); a family's columns are its conventions (float32)
+#: and the half-precision dtypes, each present where some implementation ran a comparison
+FAMILIES = {
+    "sinusoidal": "sinusoids (1-D timestep / token and 2-D sin-cos tables)",
+    "resize": "learned-table and ViT-grid resizes",
+    "learned": "learned tables",
+    "alibi": "ALiBi",
+    "t5": "T5 relative buckets",
+    "relative": "relative position embeddings",
+}
+#: `posenc check --encoding` of an ecosystem run: RoPE and the families above
+ENCODINGS = ",".join(("rope", *FAMILIES))
 _MROPE_PREFIXES = ("mrope-", "per-axis-")
 _MROPE_CONVENTIONS = ("qwen2-vl", "qwen3-vl", "qwen2-vl-vision", "pixtral", "flux")
 _OFFSET_SETS = ("kv-offset", "per-row", "left-pad", "broadcast", "cp-zigzag-rank0", "cp-zigzag-rank1")
@@ -81,6 +93,11 @@ def column_of(record: dict) -> str:
     return "layouts"
 
 
+def family_group(record: dict) -> str:
+    """The column of a non-RoPE record in its family's table: its convention (float32), else its dtype."""
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(record["dtype"], record["convention"])
+
+
 def describe(name: str) -> list[dict]:
     """The implementations of built-in `name` (in this process: run as `--describe` in a child)."""
     return [dict(builtin=name, name=i.name, distribution=builtin_module(name).DISTRIBUTION, version=i.version,
@@ -101,8 +118,8 @@ def _run_builtin(name: str, timeout: float) -> tuple[list[dict], list[dict], str
     impls = json.loads(described.stdout.strip().splitlines()[-1])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "records.json"
-        done = _child(["-m", "posenc", "check", "--impl", name, "--encoding", "rope", "--quiet", "--json", str(path)],
-                      timeout)
+        done = _child(["-m", "posenc", "check", "--impl", name, "--encoding", ENCODINGS, "--quiet", "--json",
+                       str(path)], timeout)
         if not path.exists():
             return impls, [], f"posenc check exited {done.returncode}: " + \
                 (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -136,15 +153,30 @@ def _failures(records: list[dict]) -> list[dict]:
             for r in records if r["status"] in ("fail", "error")]
 
 
-def _entry(meta: dict, records: list[dict]) -> dict:
-    by_column = collections.defaultdict(list)
+def _summary(records: list[dict]) -> dict:
+    counts = collections.Counter(r["status"] for r in records)
+    return {k: counts[k] for k in ("pass", "fail", "skip", "error")}
+
+
+def _family_entry(records: list[dict]) -> dict:
+    groups = collections.defaultdict(list)
     for r in records:
-        by_column[column_of(r)].append(r)
-    summary = collections.Counter(r["status"] for r in records)
-    return {**meta, "installed": True, "install": install_recipe(meta["builtin"]),
-            "summary": {k: summary[k] for k in ("pass", "fail", "skip", "error")},
-            "worst_angle": _worst_angle([r for r in records if r["convention"] != "edge"]), "cells": {key: _cell(by_column[key]) for key, _, _ in COLUMNS},
+        groups[family_group(r)].append(r)
+    return {"summary": _summary(records), "cells": {g: _cell(rs) for g, rs in groups.items()},
             "failures": _failures(records)}
+
+
+def _entry(meta: dict, records: list[dict]) -> dict:
+    rope = [r for r in records if r.get("family", "rope") == "rope"]
+    by_column = collections.defaultdict(list)
+    for r in rope:
+        by_column[column_of(r)].append(r)
+    families = {f: _family_entry([r for r in records if r.get("family") == f]) for f in FAMILIES}
+    return {**meta, "installed": True, "install": install_recipe(meta["builtin"]), "summary": _summary(rope),
+            "worst_angle": _worst_angle([r for r in rope if r["convention"] != "edge"]),
+            "cells": {key: _cell(by_column[key]) for key, _, _ in COLUMNS}, "failures": _failures(rope),
+            "families": {f: e for f, e in families.items() if e["summary"]["pass"] + e["summary"]["fail"]
+                         + e["summary"]["error"]}}
 
 
 def _device() -> str:
@@ -205,6 +237,6 @@ def collect(names=None, *, timeout: float = 1800.0, progress=print) -> dict:
     return {"schema": SCHEMA, "generated": stamp["generated"], "posenc": __version__,
             "command": "python -m posenc.ecosystem", "host": stamp["host"],
             "columns": [{"key": k, "title": t, "what": w} for k, t, w in COLUMNS],
-            "implementations": entries, "findings": findings()}
+            "families": dict(FAMILIES), "implementations": entries, "findings": findings()}
 
 

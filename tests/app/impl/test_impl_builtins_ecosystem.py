@@ -104,3 +104,33 @@ def test_merge_keeps_a_row_run_elsewhere_when_its_library_is_missing_here():
 def test_training_records_have_their_columns():
     assert [ecosystem.column_of(record("training", c)) for c in ("backward-bshd", "aliasing", "table-grad")] == \
         ["backward", "aliasing", "table-grad"]
+
+
+def test_training_autocast_and_cp_records_have_their_columns():
+    assert ecosystem.column_of(record("training", "autocast")) == "autocast"
+    assert ecosystem.column_of(record("hf-llama", "cp-zigzag-rank0")) == "offsets"
+
+
+def test_each_other_family_gets_its_own_dated_table_with_conventions_and_diagnoses():
+    """A sinusoid row: per-convention float32 cells, bf16/fp16 over every case, the diagnoses named; RoPE records
+    stay in the RoPE table, and a family the implementation never ran has no row."""
+    records = [dict(record("hf-llama", "short"), family="rope"),
+               dict(record("diffusers-sd", "timesteps"), family="sinusoidal"),
+               dict(record("tensor2tensor", "short", status="fail", diagnosis="denominator", err_in_tol=50.0),
+                    family="sinusoidal"),
+               dict(record("vaswani", "short", dtype="bfloat16"), family="sinusoidal"),
+               dict(record("press-alibi", "short", status="skip", message="no alibi_bias"), family="alibi")]
+    meta = {"builtin": "diffusers", "name": "d", "distribution": "d", "version": "0.1", "angles": "float32",
+            "description": ""}
+    entry = table._entry(meta, records)
+    assert entry["summary"]["pass"] == 1 and set(entry["families"]) == {"sinusoidal"}
+    report = {**_report([entry]), "families": dict(ecosystem.FAMILIES)}
+    page = ecosystem.render_markdown(report)
+    head = next(line for line in page.splitlines() if line.startswith("## Sinusoids"))
+    assert "2026-12-01" in head and "## ALiBi" not in page
+    section = page.split(head)[1].split("\n## ")[0].splitlines()
+    header = next(line for line in section if line.startswith("| implementation | version | precision |"))
+    assert header.split(" | ")[3:6] == ["diffusers-sd", "tensor2tensor", "bf16"]
+    row = next(line for line in section if line.startswith("| d | 0.1 | float32 |"))
+    assert "**fail 1**/1 (denominator)" in row and row.endswith("| denominator |")
+    assert "<th>diffusers-sd</th>" in ecosystem.render_scoreboard(report)
