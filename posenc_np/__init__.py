@@ -14,7 +14,7 @@ from .deberta import build_relative_position, make_log_bucket_position
 from .dynamic import dynamic_position_encoding, nope
 from .fire import fire_bias
 from .kerple import kerple_bias, sandwich_bias
-from .learned import learned, resize_table, resize_weights
+from .learned import learned, resize_grid, resize_grid_weights, resize_table, resize_weights
 from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
 from .mrope import mrope_position_ids, tmrope_position_ids
 from .packing import (
@@ -83,6 +83,8 @@ __all__ = [
     "Convention",
     "conventions",
     "learned",
+    "resize_grid",
+    "resize_grid_weights",
     "resize_table",
     "resize_weights",
     "sinusoidal",
