@@ -43,6 +43,9 @@ POSITIONS = {
     "kv-offset": (np.arange(28, 32), np.arange(32)),
     "left-pad": (_LEFT_PAD, _LEFT_PAD),
     "kv-offset-long": (np.arange(8188, 8192), np.arange(0, 8192, 512)),
+    # short distances at positions bfloat16 cannot hold (4 apart from 512): a model that casts its positions
+    # to its dtype before taking differences gets distances off by up to 4
+    "past-256": (np.arange(1000, 1004), np.arange(990, 1004)),
 }
 DESCRIPTIONS = {
     "short": "positions 0..7",
@@ -50,6 +53,7 @@ DESCRIPTIONS = {
     "kv-offset": "queries 28..31 against keys 0..31 (cache step)",
     "left-pad": "[2, 8] positions, cumsum of a left-padded mask",
     "kv-offset-long": "queries 8188..8191 against keys 0..8191 step 512 (cache step, long)",
+    "past-256": "queries 1000..1003 against keys 990..1003: short distances where bfloat16 rounds positions",
 }
 
 
@@ -167,7 +171,7 @@ register(Case("alibi_bias", "alibi-forms", "raw-logits-differ", lambda rng, dtyp
 # --- T5 -----------------------------------------------------------------------------------------------
 
 T5_POSITIONS = {
-    **{name: POSITIONS[name] for name in ("short", "kv-offset", "left-pad")},
+    **{name: POSITIONS[name] for name in ("short", "kv-offset", "left-pad", "past-256")},
     "long": (np.arange(1020, 1028), np.arange(0, 1100, 37)),  # distances beyond max_distance: last bucket
     "kv-offset-long": (np.arange(1020, 1024), np.arange(0, 1024, 31)),
 }

@@ -25,6 +25,9 @@ __all__ = ["Diagnosis", "diagnose", "DIAGNOSES"]
 DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored", "attention-factor", "angle-precision",
              "partial-vs-proportional", "mrope-axes", "mrope-layout", "unrotated", "direction", "non-finite",
              "wrapped", "unknown",
+             # the other families' (`_family_variants`)
+             "sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid", "align-corners",
+             "cubic-a", "t5-direction", "transposed", "autocast",
              # the training cases' (posenc.impl.training): a backward's and the aliasing and table probes'
              "pass-through", "cotangent-layout", "in-place-unversioned", "in-place-undeclared", "cotangent-mutated",
              "upstream-gradient-corrupted", "no-gradient")
@@ -179,6 +182,20 @@ def _rounded_positions_variant(compute, positions, dtype):
            lambda: compute(rounded))
 
 
+def _all_positions_rounded(args, index, rounded, dtype):
+    """`args` with `rounded` at `index` and every other integer position array (ALiBi's and T5's key positions)
+    rounded to `dtype` as well: an implementation that casts positions casts both."""
+    from posenc_np.backend import numpy_dtype
+
+    out = list(args)
+    for i, a in enumerate(args):
+        if i == index:
+            out[i] = rounded
+        elif isinstance(a, np.ndarray) and a.dtype.kind in "iu" and a.size:
+            out[i] = a.astype(np.float64).astype(numpy_dtype(dtype)).astype(np.float64).astype(a.dtype)
+    return out
+
+
 def _generic_variants(fn, args, kwargs):
     """Variants for non-RoPE encodings: positions off by one (the first integer array), another base, layout."""
     index = next((i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind in "iu"), None)
@@ -194,6 +211,123 @@ def _generic_variants(fn, args, kwargs):
             if other_base != kwargs["base"]:
                 yield ("base", f"your outputs equal the spec with base={other_base:g}",
                        lambda b=other_base: fn(*args, **{**kwargs, "base": b}))
+
+
+SINUSOID_LAYOUTS = ("interleaved", "concat", "concat-cos")
+ALIBI_FORMS = ("symmetric", "causal", "bloom")
+
+
+def _accepts(fn, keyword) -> bool:
+    import inspect
+
+    try:
+        return keyword in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _geometric_slopes(heads: int) -> np.ndarray:
+    """`2^(-8 (h + 1) / H)` for every head count H: Press et al.'s rule only when H is a power of two."""
+    return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+
+
+def _family_variants(encoding, fn, args, kwargs):
+    """The named variants of the non-RoPE families (docs/impl.md, "Diagnosis"): each the spec with the one
+    setting a library is known to get different."""
+    kw = dict(kwargs)
+    if encoding in ("sinusoidal", "sinusoidal_2d"):
+        layout = kw.get("layout", "interleaved" if encoding == "sinusoidal" else "concat")
+        for other in SINUSOID_LAYOUTS:
+            if other != layout:
+                yield ("sinusoid-layout", f"your outputs equal the spec with layout={other!r} (sin/cos channels "
+                                          f"ordered differently from {layout!r})",
+                       lambda o=other: fn(*args, **{**kw, "layout": o}))
+        other = "half-1" if kw.get("denominator", "dim") == "dim" else "dim"
+        yield ("denominator", f"your outputs equal the spec with denominator={other!r} (frequencies "
+                              + ("base^(-i/(dim/2-1)), tensor2tensor's" if other == "half-1" else "base^(-2i/dim)")
+                              + ")", lambda: fn(*args, **{**kw, "denominator": other}))
+    if encoding in ("alibi_slopes", "alibi_bias"):
+        heads = int(args[0])
+        press = np.asarray(fn(heads) if encoding == "alibi_slopes" else _press_slopes(heads, kw), np.float64)
+        geometric = _geometric_slopes(heads)
+        if not np.allclose(geometric, press, rtol=1e-12):
+            def with_slopes(slopes=geometric):
+                if encoding == "alibi_slopes":
+                    return slopes
+                return np.asarray(fn(*args, **kw), np.float64) / press[:, None, None] * slopes[:, None, None]
+            yield ("slopes", f"your outputs equal the spec with the geometric slopes 2^(-8(h+1)/{heads}) (Press "
+                             f"et al.'s rule for a power of two, used for {heads} heads)", with_slopes)
+        if encoding == "alibi_bias":
+            form = kw.get("form", "symmetric")
+            for other in ALIBI_FORMS:
+                if other != form:
+                    yield ("alibi-form", f"your outputs equal the spec with form={other!r}, not {form!r}",
+                           lambda o=other: fn(*args, **{**kw, "form": o}))
+            q, k = np.asarray(args[1]), np.asarray(args[2])
+            if q.ndim == 1 and k.ndim == 1 and q.size and k.size:
+                for where, moved in (("the last query with the last key", q - q[-1] + k[-1]),
+                                     ("the first query with the first key", q - q[0] + k[0]),
+                                     ("queries at 0 .. q-1", np.arange(q.size, dtype=q.dtype))):
+                    if not np.array_equal(moved, q):
+                        yield ("alibi-form", f"your outputs equal the spec with the queries aligned {where}",
+                               lambda m=moved: fn(args[0], m, k, **kw))
+    if encoding in ("t5_bias", "t5_bucket"):
+        bidirectional = kw.get("bidirectional", True)
+        yield ("t5-direction", f"your outputs equal the spec with bidirectional={not bidirectional}",
+               lambda: fn(*args, **{**kw, "bidirectional": not bidirectional}))
+        if encoding == "t5_bucket":
+            yield ("t5-direction", "your outputs equal the spec for the negated relative positions (query - key, "
+                                   "not key - query)", lambda: fn(-np.asarray(args[0]), *args[1:], **kw))
+        else:
+            table, q, k = args[0], args[1], args[2]
+            yield ("t5-direction", "your outputs equal the spec for the negated relative positions (query - key, "
+                                   "not key - query)", lambda: np.swapaxes(np.asarray(fn(table, k, q, **kw)), -1, -2))
+            table = np.asarray(table)
+            if table.ndim == 2 and table.shape[0] != table.shape[1]:
+                misread = table.reshape(table.shape[1], table.shape[0]).T
+                yield ("transposed", f"your outputs equal the spec with the [buckets, heads] = {list(table.shape)} "
+                                     "table's memory read as [heads, buckets]", lambda: fn(misread, q, k, **kw))
+    if encoding in ("resize_table", "resize_grid"):
+        corners = kw.get("align_corners", False)
+        yield ("align-corners", f"your outputs equal the spec with align_corners={not corners}",
+               lambda: fn(*args, **{**kw, "align_corners": not corners}))
+        if kw.get("method", "linear" if encoding == "resize_table" else "cubic") == "cubic":
+            a = kw.get("cubic_a", -0.75)
+            for other in (-0.75, -0.5):
+                if other != a:
+                    yield ("cubic-a", f"your outputs equal the spec with cubic_a={other} (the Keys kernel's a: "
+                                      "PyTorch -0.75, PIL / TF / JAX -0.5)",
+                           lambda o=other: fn(*args, **{**kw, "cubic_a": o}))
+        if _accepts(fn, "antialias"):
+            flag = kw.get("antialias", False)
+            yield ("antialias", f"your outputs equal the spec with antialias={not flag}",
+                   lambda: fn(*args, **{**kw, "antialias": not flag}))
+        if _accepts(fn, "scale"):
+            yield from _resize_grid_variants(encoding, fn, args, kw)
+
+
+def _press_slopes(heads, kwargs):
+    from posenc_np import alibi_slopes
+
+    return alibi_slopes(heads, **({"max_bias": kwargs["max_bias"]} if "max_bias" in kwargs else {}))
+
+
+def _resize_grid_variants(encoding, fn, args, kw):
+    """`resize-grid`: the size grid (`L / new_len`) against the scale-factor grid (`1 / scale`), either way."""
+    if kw.get("scale") is not None:
+        yield ("resize-grid", "your outputs equal the spec on the size grid (source (i + 0.5) L / new_len - 0.5), "
+                              "not the scale-factor grid", lambda: fn(*args, **{**kw, "scale": None}))
+        return
+    if encoding == "resize_table":
+        old, new = np.shape(args[0])[0], int(args[1])
+        scales = [new / old]
+    else:
+        (oh, ow), (nh, nw) = args[1], args[2]
+        scales = [(nh / oh, nw / ow)]
+    for scale in scales:
+        yield ("resize-grid", f"your outputs equal the spec on the scale-factor grid (scale={scale}: "
+                              "source (i + 0.5) / scale - 0.5, PyTorch's scale_factor), not the size grid",
+               lambda sc=scale: fn(*args, **{**kw, "scale": sc}))
 
 
 def _variant_tolerance(name, tol: Tolerance, desired, table_rows) -> Tolerance:
@@ -234,8 +368,9 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         plain = {k: v for k, v in kwargs.items() if k != "dtype"}
         index = _positions_index(args)
         rounded = () if index is None else _rounded_positions_variant(
-            lambda p: spec_fn(*args[:index], p, *args[index + 1:], **plain), args[index], dtype)
-        variants = itertools.chain(rounded, _generic_variants(spec_fn, args, plain))
+            lambda p: spec_fn(*_all_positions_rounded(args, index, p, dtype), **plain), args[index], dtype)
+        variants = itertools.chain(rounded, _family_variants(encoding, spec_fn, args, plain),
+                                   _generic_variants(spec_fn, args, plain))
     else:
         variants = ()
     for name, sentence, build in variants:

@@ -1,0 +1,166 @@
+"""Planted mismatches in the non-RoPE families, each caught by `posenc check --impl` and named: the spec's own
+function with exactly one setting changed (a sinusoid's channel order or frequency denominator, ALiBi's
+slopes, form or query alignment, T5's direction or a transposed bucket table, a resize's corners, cubic
+kernel, antialiasing or sampling grid, positions rounded to the compute dtype). Each mock is a NumPy
+implementation, so the failure is the planted setting and nothing else."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import posenc_np
+from posenc.check.registry import all_cases
+from posenc.check.run_impl import run_implementations
+from posenc.impl import Implementation
+from posenc.impl.diagnosis import DIAGNOSES
+
+
+def diagnoses(functions, case_ids, dtypes=("float32",)):
+    """`{case id: (status, diagnosis)}` of a NumPy implementation of `functions` over the named cases."""
+    cases = [c for c in all_cases() if c.id in case_ids]
+    assert len(cases) == len(case_ids), sorted(set(case_ids) - {c.id for c in cases})
+    impl = Implementation("planted", "numpy", functions)
+    return {(r.case_id if hasattr(r, "case_id") else f"{r.encoding}/{r.convention}/{r.case}", r.dtype):
+            (r.status, r.diagnosis) for r in run_implementations(cases, [impl], dtypes=list(dtypes))}
+
+
+def only(got):
+    (value,) = set(got.values())
+    return value
+
+
+def test_a_sinusoid_with_its_halves_swapped_is_named_sinusoid_layout():
+    def concat_always(positions, dim, **kw):
+        return posenc_np.sinusoidal(positions, dim, **{**kw, "layout": "concat"})
+
+    assert only(diagnoses({"sinusoidal": concat_always}, ["sinusoidal/vaswani/short"])) == ("fail", "sinusoid-layout")
+
+
+def test_diffusers_sin_first_against_the_sd_timestep_convention_is_named_sinusoid_layout():
+    """flip_sin_to_cos=False where SD/Flux use True: [sin | cos] for [cos | sin]."""
+    def sin_first(positions, dim, **kw):
+        return posenc_np.sinusoidal(positions, dim, **{**kw, "layout": "concat"})
+
+    got = diagnoses({"sinusoidal": sin_first}, ["sinusoidal/diffusers-sd/timesteps"])
+    assert only(got) == ("fail", "sinusoid-layout")
+
+
+def test_tensor2tensors_denominator_for_the_papers_is_named_denominator():
+    def half_minus_one(positions, dim, **kw):
+        return posenc_np.sinusoidal(positions, dim, **{**kw, "denominator": "half-1"})
+
+    assert only(diagnoses({"sinusoidal": half_minus_one}, ["sinusoidal/vaswani/short"])) == ("fail", "denominator")
+
+
+def geometric_alibi(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+    """attention-gym's slopes: 2^(-8(h+1)/H) for every H (Press et al.'s rule only for powers of two)."""
+    press = posenc_np.alibi_slopes(num_heads)
+    geometric = 2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads)
+    bias = posenc_np.alibi_bias(num_heads, q_positions, k_positions, form=form)
+    return (bias / press[:, None, None] * geometric[:, None, None]).astype(dtype or np.float64)
+
+
+def test_geometric_slopes_for_12_heads_are_named_slopes():
+    got = diagnoses({"alibi_bias": geometric_alibi}, ["alibi/press-alibi/short", "alibi/alibi-symmetric/kv-offset"])
+    assert only(got) == ("fail", "slopes")
+
+
+def test_an_alibi_of_another_form_is_named_alibi_form():
+    def symmetric_always(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+        return posenc_np.alibi_bias(num_heads, q_positions, k_positions, form="symmetric", dtype=dtype)
+
+    assert only(diagnoses({"alibi_bias": symmetric_always}, ["alibi/bloom-alibi/short"])) == ("fail", "alibi-form")
+
+
+def test_queries_counted_from_zero_under_a_kv_cache_are_named_alibi_form():
+    """The query index of the chunk (0 .. q-1) used as its position: the last query no longer meets the last key."""
+    def local_queries(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+        return posenc_np.alibi_bias(num_heads, np.arange(len(q_positions)), k_positions, form=form, dtype=dtype)
+
+    got = diagnoses({"alibi_bias": local_queries}, ["alibi/alibi-symmetric/kv-offset"])
+    assert only(got) == ("fail", "alibi-form")
+
+
+def test_a_t5_decoder_bias_computed_bidirectionally_is_named_t5_direction():
+    def bidirectional_always(table, q, k, **kw):
+        return posenc_np.t5_bias(table, q, k, **{**kw, "bidirectional": True})
+
+    assert only(diagnoses({"t5_bias": bidirectional_always}, ["t5/t5-decoder/short"])) == ("fail", "t5-direction")
+
+
+def test_t5_relative_positions_of_the_wrong_sign_are_named_t5_direction():
+    def query_minus_key(table, q, k, **kw):
+        return np.swapaxes(posenc_np.t5_bias(table, k, q, **kw), -1, -2)
+
+    assert only(diagnoses({"t5_bias": query_minus_key}, ["t5/t5/kv-offset"])) == ("fail", "t5-direction")
+
+
+def test_a_bucket_table_read_as_heads_by_buckets_is_named_transposed():
+    def misread(table, q, k, **kw):
+        table = np.asarray(table)
+        return posenc_np.t5_bias(table.reshape(table.shape[1], table.shape[0]).T, q, k, **kw)
+
+    assert only(diagnoses({"t5_bias": misread}, ["t5/t5/short"])) == ("fail", "transposed")
+
+
+@pytest.mark.parametrize("setting, value, case, name", [
+    ("align_corners", True, "resize/linear/24->64", "align-corners"),
+    ("cubic_a", -0.5, "resize/cubic/24->64", "cubic-a"),
+])
+def test_a_resize_with_one_kernel_setting_changed_is_named(setting, value, case, name):
+    def resize(table, new_len, **kw):
+        return posenc_np.resize_table(table, new_len, **{**kw, setting: value})
+
+    assert only(diagnoses({"resize_table": resize}, [case])) == ("fail", name)
+
+
+def test_a_resize_with_antialias_or_the_scale_factor_grid_is_named():
+    import inspect
+
+    if "antialias" not in inspect.signature(posenc_np.resize_table).parameters:
+        pytest.skip("the spec's resize_table has no antialias / scale keywords yet")
+
+    def antialiased(table, new_len, **kw):
+        return posenc_np.resize_table(table, new_len, **{**kw, "antialias": True})
+
+    def scale_grid(table, new_len, **kw):
+        return posenc_np.resize_table(table, new_len, **{**kw, "scale": new_len / np.shape(table)[0]})
+
+    assert only(diagnoses({"resize_table": antialiased}, ["resize/linear/64->24"])) == ("fail", "antialias")
+    assert only(diagnoses({"resize_table": scale_grid}, ["resize/cubic/64->24"])) == ("fail", "resize-grid")
+
+
+def test_alibi_positions_rounded_to_bfloat16_are_named_positions_rounded():
+    """Positions past 256 cast to the model's dtype first: bfloat16 spaces them 2 (then 4, 8) apart."""
+    from posenc_np.backend import numpy_dtype
+
+    def rounded(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+        def cast(p):
+            return np.asarray(p).astype(np.float64).astype(numpy_dtype(dtype)).astype(np.float64).astype(np.int64)
+
+        return posenc_np.alibi_bias(num_heads, cast(q_positions), cast(k_positions), form=form, dtype=dtype)
+
+    cases = [c.id for c in all_cases() if c.family == "alibi" and c.fn is None and c.encoding == "alibi_bias"]
+    got = diagnoses({"alibi_bias": rounded}, cases, dtypes=("bfloat16",))
+    failed = {v for v in got.values() if v[0] == "fail"}
+    assert failed == {("fail", "positions-rounded")}, got
+
+
+def test_every_family_diagnosis_is_a_declared_name():
+    for name in ("sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid",
+                 "align-corners", "cubic-a", "t5-direction", "transposed", "positions-rounded", "autocast"):
+        assert name in DIAGNOSES
+
+
+def test_t5_positions_rounded_to_bfloat16_are_named_positions_rounded():
+    from posenc_np.backend import numpy_dtype
+
+    def rounded(table, q, k, **kw):
+        def cast(p):
+            return np.asarray(p).astype(np.float64).astype(numpy_dtype("bfloat16")).astype(np.float64).astype(np.int64)
+
+        return posenc_np.t5_bias(table, cast(q), cast(k), **kw)
+
+    got = diagnoses({"t5_bias": rounded}, ["t5/t5/past-256"], dtypes=("bfloat16",))
+    assert only(got) == ("fail", "positions-rounded")
