@@ -35,7 +35,7 @@ from .rope import (
                       scaling_from_hf_config,
 )
 from .schedule import rope_modules_from_schedule, rope_schedule_from_hf_config
-from .sinusoidal import SinusoidalEncoding, sinusoidal
+from .sinusoidal import SinusoidalEncoding, sinusoidal, sinusoidal_2d
 from .t5 import T5RelativeBias, t5_bias, t5_bucket
 from .temperature import llama4_attn_scale, llama_4_scaling
 from .xpos import apply_xpos, xpos_scale
@@ -78,6 +78,7 @@ __all__ = [
     "learned",
     "resize_table",
     "sinusoidal",
+    "sinusoidal_2d",
     "apply_xpos",
     "build_relative_position",
     "cope",

@@ -14,10 +14,10 @@ from ._common import bind_config, position_pair, resolve_dtype, spec_constant
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
 
 
-def alibi_slopes(num_heads, *, dtype=None):
+def alibi_slopes(num_heads, *, max_bias=8.0, dtype=None):
     """`[num_heads]` slopes computed by the spec in float64, returned as `dtype` (float32 default)."""
-    num_heads = check_alibi_args(num_heads, "symmetric")
-    return spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads), dtype=resolve_dtype(dtype))
+    num_heads = check_alibi_args(num_heads, "symmetric", max_bias)
+    return spec_constant(("alibi_slopes", num_heads, float(max_bias)), lambda: _spec_slopes(num_heads, max_bias=max_bias), dtype=resolve_dtype(dtype))
 
 
 def _as_float(x):
@@ -25,15 +25,15 @@ def _as_float(x):
     return x.astype(mx.float32)
 
 
-def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bias=8.0, dtype=None):
     """`[..., num_heads, q, k]` ALiBi bias; see `posenc_np.alibi_bias`.
 
     Spec slopes as float32 constants; integer positions are subtracted as integers before the float32
     product. Works under mx.compile with positions as data.
     """
-    num_heads = check_alibi_args(num_heads, form)
+    num_heads = check_alibi_args(num_heads, form, max_bias)
     q, k = position_pair(q_positions, k_positions, integer=False)
-    slopes = spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads))[:, None, None]
+    slopes = spec_constant(("alibi_slopes", num_heads, float(max_bias)), lambda: _spec_slopes(num_heads, max_bias=max_bias))[:, None, None]
     i = q[..., None, :, None]
     j = k[..., None, None, :]
     if form == "symmetric":

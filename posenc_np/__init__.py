@@ -40,7 +40,7 @@ from .rope import (
                       scaling_from_hf_config,
 )
 from .schedule import indexer_rope_schedule_from_hf_config, rope_schedule_from_hf_config
-from .sinusoidal import sinusoid_inv_freq, sinusoidal
+from .sinusoidal import sinusoid_inv_freq, sinusoidal, sinusoidal_2d
 from .t5 import t5_bias, t5_bucket
 from .temperature import llama4_attn_scale, llama_4_scaling
 from .testing import tolerance
@@ -88,6 +88,7 @@ __all__ = [
     "resize_table",
     "resize_weights",
     "sinusoidal",
+    "sinusoidal_2d",
     "sinusoid_inv_freq",
     "tolerance",
     "apply_xpos",

@@ -7,10 +7,14 @@ import numpy as np
 from ._dtypes import spec_output_dtype
 from ._validate import check_choice, check_even_dim, check_positive_float
 
-__all__ = ["sinusoidal", "sinusoid_inv_freq", "SINUSOID_LAYOUTS", "SINUSOID_DENOMINATORS", "check_sinusoidal_args"]
+__all__ = ["sinusoidal", "sinusoid_inv_freq", "SINUSOID_LAYOUTS", "SINUSOID_DENOMINATORS", "check_sinusoidal_args",
+           "sinusoidal_2d", "check_sinusoidal_2d_args", "sinusoid_2d_axes", "SINUSOID_2D_AXIS_ORDERS",
+           "SINUSOID_2D_BLOCKS"]
 
 SINUSOID_LAYOUTS = ("interleaved", "concat", "concat-cos")
 SINUSOID_DENOMINATORS = ("dim", "half-1")
+SINUSOID_2D_AXIS_ORDERS = ("xy", "yx")
+SINUSOID_2D_BLOCKS = ("per-axis", "sin-cos")
 
 
 def check_sinusoidal_args(dim, base, layout, denominator) -> int:
@@ -95,4 +99,104 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
         table = np.concatenate([sin, cos], axis=-1)
     else:
         table = np.concatenate([cos, sin], axis=-1)
+    return table.astype(spec_output_dtype(dtype))
+
+
+def check_sinusoidal_2d_args(positions_shape, dim, base, axis_order, blocks, layout, denominator) -> int:
+    """Validate the parameters of `sinusoidal_2d`; backends call this before building anything.
+
+    `positions_shape` is the positions' shape (a tuple; an entry may be None where a tracer does not
+    know it), whose last axis must be 2: (row, column).
+    """
+    dim = check_even_dim("dim", dim)
+    if dim % 4:
+        raise ValueError(f"dim={dim} must be divisible by 4: sinusoidal_2d gives each axis dim/2 channels "
+                         "of (sin, cos) pairs")
+    check_positive_float("base", base)
+    check_choice("axis_order", axis_order, SINUSOID_2D_AXIS_ORDERS)
+    check_choice("blocks", blocks, SINUSOID_2D_BLOCKS)
+    check_choice("layout", layout, SINUSOID_LAYOUTS)
+    check_choice("denominator", denominator, SINUSOID_DENOMINATORS)
+    if blocks == "sin-cos" and layout == "interleaved":
+        raise ValueError("layout='interleaved' has no separate sin and cos blocks: blocks='sin-cos' needs "
+                         "layout 'concat' or 'concat-cos'")
+    if denominator == "half-1" and dim < 8:
+        raise ValueError(f"dim={dim} must be >= 8 with denominator='half-1' (each axis divides by dim/4 - 1)")
+    shape = tuple(positions_shape)
+    if not shape or (shape[-1] is not None and shape[-1] != 2):
+        raise ValueError(f"positions must have a last axis of size 2 (row, column), got shape {shape}")
+    return dim
+
+
+def sinusoid_2d_axes(axis_order) -> tuple:
+    """Indices into `positions[..., 2]` = (row, column) of the (first, second) encoded coordinate.
+
+    "xy": the column (x) first, as MAE's `meshgrid(grid_w, grid_h)`; "yx": the row (y) first, as timm.
+    """
+    return (1, 0) if axis_order == "xy" else (0, 1)
+
+
+def sinusoidal_2d(positions, dim, *, base=10000.0, axis_order="xy", blocks="per-axis", layout="concat",
+                  denominator="dim", dtype=None):
+    """2-D sin-cos table of ViTs and diffusion transformers: `[..., 2] -> [..., dim]`.
+
+    `positions[..., 0]` is the row (y), `positions[..., 1]` the column (x). With (a, b) the two coordinates
+    in `axis_order` ("xy": a = x, b = y; "yx": a = y, b = x) and `enc(p) = sinusoidal(p, dim/2, base=base,
+    layout=layout, denominator=denominator)`, so frequencies w_i = base ** (-2i / (dim/2)) for
+    denominator="dim", i = 0 .. dim/4 - 1:
+        blocks="per-axis":  PE = [enc(a) | enc(b)]
+                            (layout "concat": [sin a | cos a | sin b | cos b], each dim/4 wide)
+        blocks="sin-cos":   PE = [S(a) | S(b) | C(a) | C(b)], where enc(p) = [S(p) | C(p)] in halves
+                            (layout "concat": [sin a | sin b | cos a | cos b])
+
+    Conventions:
+        MAE `util/pos_embed.py get_2d_sincos_pos_embed` (also DiT `models.py`, SD3's `mmditx.py`):
+            axis_order="xy", blocks="per-axis", layout="concat", denominator="dim", integer grid (MAE's
+            `emb_h` is built from `meshgrid(grid_w, grid_h)[0]`, the column index: x comes first);
+        diffusers `models/embeddings.py get_2d_sincos_pos_embed(embed_dim, grid_size, base_size,
+            interpolation_scale)` (diffusers 0.42): the same, at float positions
+            `index / (grid_size / base_size) / interpolation_scale` per axis (PixArt, SD3, Latte);
+        timm `layers/pos_embed_sincos.py build_sincos2d_pos_embed` (timm 1.0): axis_order="yx",
+            blocks="sin-cos" ([sin h | sin w | cos h | cos w]; `interleave_sin_cos=True` is "yx" "per-axis");
+        big_vision `posemb_sincos_2d`: "xy", "per-axis", "concat", denominator="half-1" (its omega is
+            linspace(0, 1, dim/4), i.e. base ** (-i / (dim/4 - 1))).
+
+    Args:
+        positions: `[..., 2]` integer or float array of (row, column); read in float64.
+        dim: table width, divisible by 4.
+        base: the wavelength base (MAE, timm `temperature`: 10000).
+        axis_order: "xy" (column first) or "yx" (row first).
+        blocks: "per-axis" or "sin-cos".
+        layout: layout of each axis' `sinusoidal`; "interleaved" only with blocks="per-axis".
+        denominator: "dim" or "half-1", of each axis' width dim/2.
+        dtype: output dtype (float64 when None); the computation is float64 regardless.
+
+    Returns:
+        `[*positions.shape[:-1], dim]` array.
+
+    Raises:
+        ValueError: `dim` not divisible by 4, positions' last axis not 2, unknown `axis_order`, `blocks`,
+            `layout` or `denominator`, non-positive `base`.
+
+    Reference:
+        He et al., "Masked Autoencoders Are Scalable Vision Learners", 2021, arXiv:2111.06377
+        (facebookresearch/mae util/pos_embed.py); diffusers/models/embeddings.py `get_2d_sincos_pos_embed`,
+        `get_2d_sincos_pos_embed_from_grid`; timm/layers/pos_embed_sincos.py `build_sincos2d_pos_embed`.
+
+    Examples:
+        >>> sinusoidal_2d(np.array([0, 1]), 4).round(4).tolist()  # row 0, column 1: [sin x, cos x, sin y, cos y]
+        [0.8415, 0.5403, 0.0, 1.0]
+        >>> sinusoidal_2d(np.array([0, 1]), 4, axis_order="yx", blocks="sin-cos").round(4).tolist()
+        [0.0, 0.8415, 1.0, 0.5403]
+    """
+    positions = np.asarray(positions)
+    dim = check_sinusoidal_2d_args(positions.shape, dim, base, axis_order, blocks, layout, denominator)
+    positions = positions.astype(np.float64)
+    first, second = (sinusoidal(positions[..., axis], dim // 2, base=base, layout=layout, denominator=denominator)
+                     for axis in sinusoid_2d_axes(axis_order))
+    if blocks == "per-axis":
+        table = np.concatenate([first, second], axis=-1)
+    else:
+        q = dim // 4
+        table = np.concatenate([first[..., :q], second[..., :q], first[..., q:], second[..., q:]], axis=-1)
     return table.astype(spec_output_dtype(dtype))

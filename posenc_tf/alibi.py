@@ -14,23 +14,23 @@ from ._common import bias_output_shape, position_pair, register_serializable, re
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
 
 
-def alibi_slopes(num_heads, *, dtype=None):
+def alibi_slopes(num_heads, *, max_bias=8.0, dtype=None):
     """`[num_heads]` slopes computed by the spec in float64, returned as `dtype` (float32 default)."""
-    num_heads = check_alibi_args(num_heads, "symmetric")
-    return tf.constant(_spec_slopes(num_heads), dtype=resolve_dtype(dtype))
+    num_heads = check_alibi_args(num_heads, "symmetric", max_bias)
+    return tf.constant(_spec_slopes(num_heads, max_bias=max_bias), dtype=resolve_dtype(dtype))
 
 
-def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bias=8.0, dtype=None):
     """`[..., num_heads, q, k]` ALiBi bias; see `posenc_np.alibi_bias`.
 
     Spec slopes as float32 constants; integer positions are subtracted as int64 before the float32
     product. Works inside tf.function(jit_compile=True) with positions as data.
     """
-    num_heads = check_alibi_args(num_heads, form)
+    num_heads = check_alibi_args(num_heads, form, max_bias)
     q, k = position_pair(q_positions, k_positions, integer=False)
     if q.dtype != k.dtype:  # integer and float positions (both allowed): TF does not promote, subtract in float64
         q, k = tf.cast(q, tf.float64), tf.cast(k, tf.float64)
-    slopes = spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads))[:, None, None]
+    slopes = spec_constant(("alibi_slopes", num_heads, float(max_bias)), lambda: _spec_slopes(num_heads, max_bias=max_bias))[:, None, None]
     i = q[..., None, :, None]
     j = k[..., None, None, :]
     as_float = lambda x: x if x.dtype == tf.float64 else tf.cast(x, tf.float32)  # noqa: E731

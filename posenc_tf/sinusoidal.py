@@ -7,11 +7,11 @@ import numpy as np
 import tensorflow as tf
 
 from posenc_np.backend import SinusoidalConfig
-from posenc_np.sinusoidal import check_sinusoidal_args, sinusoid_inv_freq
+from posenc_np.sinusoidal import check_sinusoidal_2d_args, check_sinusoidal_args, sinusoid_2d_axes, sinusoid_inv_freq
 
 from ._common import as_tensor, is_tracing, register_serializable, resolve_dtype, spec_constant
 
-__all__ = ["sinusoidal", "SinusoidalEncoding"]
+__all__ = ["sinusoidal", "sinusoidal_2d", "SinusoidalEncoding"]
 
 
 def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype=None):
@@ -31,6 +31,25 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
         table = tf.concat([sin, cos], axis=-1)
     else:  # concat-cos
         table = tf.concat([cos, sin], axis=-1)
+    return tf.cast(table, resolve_dtype(dtype))
+
+
+def sinusoidal_2d(positions, dim, *, base=10000.0, axis_order="xy", blocks="per-axis", layout="concat",
+                  denominator="dim", dtype=None):
+    """`[..., 2] -> [..., dim]` 2-D sin-cos table; see `posenc_np.sinusoidal_2d`.
+
+    Each axis is this backend's `sinusoidal` of width dim/2 (float32 angles); the blocks are joined
+    and cast to `dtype` (float32 when None) at the end.
+    """
+    positions = as_tensor(positions)
+    dim = check_sinusoidal_2d_args(tuple(positions.shape.as_list()) if positions.shape.rank is not None else (None,), dim, base, axis_order, blocks, layout, denominator)
+    first, second = (sinusoidal(positions[..., axis], dim // 2, base=base, layout=layout, denominator=denominator)
+                     for axis in sinusoid_2d_axes(axis_order))
+    if blocks == "per-axis":
+        table = tf.concat([first, second], axis=-1)
+    else:  # sin-cos: [S(a) | S(b) | C(a) | C(b)]
+        q = dim // 4
+        table = tf.concat([first[..., :q], second[..., :q], first[..., q:], second[..., q:]], axis=-1)
     return tf.cast(table, resolve_dtype(dtype))
 
 

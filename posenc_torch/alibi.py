@@ -13,13 +13,13 @@ from ._common import position_pair, resolve_dtype, spec_constant
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi", "position_pair"]
 
 
-def alibi_slopes(num_heads, *, dtype=None, device=None):
+def alibi_slopes(num_heads, *, max_bias=8.0, dtype=None, device=None):
     """`[num_heads]` slopes computed by the spec in float64, returned as `dtype` (float32 default)."""
-    num_heads = check_alibi_args(num_heads, "symmetric")
-    return torch.as_tensor(_spec_slopes(num_heads), dtype=resolve_dtype(dtype), device=device)
+    num_heads = check_alibi_args(num_heads, "symmetric", max_bias)
+    return torch.as_tensor(_spec_slopes(num_heads, max_bias=max_bias), dtype=resolve_dtype(dtype), device=device)
 
 
-def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bias=8.0, dtype=None):
     """`[..., num_heads, q, k]` ALiBi bias; see `posenc_np.alibi_bias`.
 
     Slopes come from the spec (float64, converted once to float32). Integer positions are subtracted
@@ -27,9 +27,9 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=N
     result cast to `dtype`. `[q]`, `[k]` positions give `[num_heads, q, k]`, broadcasting over the
     batch axis of the logits. Works under torch.compile(fullgraph=True); positions are data.
     """
-    num_heads = check_alibi_args(num_heads, form)
+    num_heads = check_alibi_args(num_heads, form, max_bias)
     q, k = position_pair(q_positions, k_positions, integer=False)
-    slopes = spec_constant(("alibi_slopes", num_heads), lambda: _spec_slopes(num_heads), device=q.device)
+    slopes = spec_constant(("alibi_slopes", num_heads, float(max_bias)), lambda: _spec_slopes(num_heads, max_bias=max_bias), device=q.device)
     i = q[..., None, :, None]
     j = k[..., None, None, :]
 
