@@ -10,7 +10,7 @@ from .deberta import build_relative_position, make_log_bucket_position
 from .dynamic import DynamicPositionEncoding, dynamic_position_encoding, nope
 from .fire import FIREBias, fire_bias
 from .kerple import KERPLEBias, kerple_bias, sandwich_bias
-from .learned import LearnedEncoding, learned, resize_table
+from .learned import LearnedEncoding, learned, resize_grid, resize_table
 from .mla import apply_mla_rope, mla_rope_permutation, mla_softmax_scale
 from .packing import (
                       cp_indices,
@@ -76,6 +76,7 @@ __all__ = [
     "LearnedEncoding",
     "SinusoidalEncoding",
     "learned",
+    "resize_grid",
     "resize_table",
     "sinusoidal",
     "sinusoidal_2d",

@@ -14,11 +14,11 @@ from posenc_np.backend import (
     check_table,
     check_traced_integer,
 )
-from posenc_np.learned import resize_weights
+from posenc_np.learned import check_resize_grid, resize_weights
 
 from ._common import F64, TRACE, as_tensor, bind_config, is_floating, is_tracing, spec_constant
 
-__all__ = ["learned", "resize_table", "LearnedEncoding"]
+__all__ = ["learned", "resize_grid", "resize_table", "LearnedEncoding"]
 
 
 def _host(positions):
@@ -49,7 +49,22 @@ def learned(table, positions):
     return mx.take(table, mx.array(checked.astype(np.int32)), axis=0)
 
 
-def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75):
+def _resize_constants(old_len, new_len, options, compute):
+    """`resize_weights(old_len, new_len, **options)` as cached (index, weight) arrays."""
+    # repr: the spec validates inside `make` (outside any trace), so the key must not fail on bad values first
+    key = ("resize", old_len, new_len) + tuple(repr(options[k]) for k in sorted(options))
+    make = lambda: resize_weights(old_len, new_len, **options)  # noqa: E731
+    index = spec_constant(key + ("index",), lambda: make()[0], dtype=mx.int32)
+    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute)
+    return index, weight
+
+
+def _options(method, align_corners, cubic_a, antialias, scale):
+    return dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, scale=scale)
+
+
+def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75, antialias=False,
+                 scale=None):
     """`[L, dim] -> [new_len, dim]` on the spec's grid; see `posenc_np.resize_table`.
 
     The gather indices and weights come from `posenc_np.resize_weights`. Sums in float32 at least;
@@ -59,16 +74,39 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     check_table("table", table.shape)
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
-    key = ("resize", old_len, new_len, method, align_corners, float(cubic_a))
-    make = lambda: resize_weights(old_len, new_len, method=method,  # noqa: E731
-                                  align_corners=align_corners, cubic_a=cubic_a)
-    index = spec_constant(key + ("index",), lambda: make()[0], dtype=mx.int32)
     compute = mx.float64 if table.dtype == mx.float64 else mx.float32
-    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute)  # [new_len, taps]
+    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale),
+                                      compute)  # [new_len, taps]
     stream = F64 if compute == mx.float64 else None
     rows = mx.take(table.astype(compute, stream=stream), index, axis=0)  # [new_len, taps, dim]
     out = mx.sum(weight[..., None] * rows, axis=1, stream=stream)
     return out.astype(table.dtype, stream=stream)
+
+
+def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75, antialias=False,
+                scale=None, prefix_tokens=0):
+    """`[prefix + old_h * old_w, dim] -> [prefix + new_h * new_w, dim]`; see `posenc_np.resize_grid`.
+
+    Separable gathers with the spec's per-axis weights (not the framework's image resize); prefix rows are
+    copied. Sums in float32 at least; the result has the table's dtype.
+    """
+    table = as_tensor(table)
+    prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
+        table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
+    compute = mx.float64 if table.dtype == mx.float64 else mx.float32
+    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h),
+                                          compute)
+    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w),
+                                          compute)
+    stream = F64 if compute == mx.float64 else None
+    grid = table[prefix:].astype(compute, stream=stream).reshape(old_h, old_w, -1)
+    grid = mx.take(grid, index_h, axis=0)                                             # [new_h, taps, old_w, dim]
+    grid = mx.sum(weight_h[:, :, None, None] * grid, axis=1, stream=stream)
+    grid = mx.take(grid, index_w, axis=1)                                             # [new_h, new_w, taps, dim]
+    grid = mx.sum(weight_w[None, :, :, None] * grid, axis=2, stream=stream)
+    grid = grid.reshape(new_h * new_w, -1).astype(table.dtype, stream=stream)
+    return mx.concatenate([table[:prefix], grid], axis=0)
 
 
 class LearnedEncoding(nn.Module):

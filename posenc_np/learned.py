@@ -15,7 +15,7 @@ from ._validate import (
 )
 
 __all__ = [
-    "learned", "resize_grid", "resize_grid_weights", "resize_table", "resize_weights", "RESIZE_METHODS",
+    "check_resize_grid", "learned", "resize_grid", "resize_grid_weights", "resize_table", "resize_weights", "RESIZE_METHODS",
 ]
 
 RESIZE_METHODS = ("linear", "nearest", "cubic")
@@ -267,22 +267,29 @@ def _check_grid_scale(scale):
     return (value, value)
 
 
-def resize_grid_weights(table_shape, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75,
-                        antialias=False, scale=None, prefix_tokens=0):
-    """Validate `resize_grid`'s arguments and return its plan: `(prefix_tokens, (old_h, old_w),
-    (new_h, new_w), (index_h, weight_h), (index_w, weight_w))`, the per-axis `resize_weights` (float64).
-
-    Backends call this once (outside any trace) and gather with the returned numbers.
-    """
+def check_resize_grid(table_shape, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75,
+                      antialias=False, scale=None, prefix_tokens=0):
+    """Validate `resize_grid`'s arguments once for every backend (shapes and options only, no data, so it
+    runs under jit); return `(prefix_tokens, (old_h, old_w), (new_h, new_w), (scale_h, scale_w))`."""
     check_table("table", table_shape)
     old_h, old_w = _check_grid("old_grid", old_grid)
     new_h, new_w = _check_grid("new_grid", new_grid)
     prefix = check_positive_int("prefix_tokens", prefix_tokens, minimum=0)
-    if table_shape[0] != prefix + old_h * old_w:
-        raise ValueError(f"table has {table_shape[0]} rows; prefix_tokens={prefix} + old_grid {old_h}x{old_w} "
+    if int(table_shape[0]) != prefix + old_h * old_w:
+        raise ValueError(f"table has {int(table_shape[0])} rows; prefix_tokens={prefix} + old_grid {old_h}x{old_w} "
                          f"needs {prefix + old_h * old_w}")
     scale_h, scale_w = _check_grid_scale(scale)
-    _check_resize_options(method, align_corners, cubic_a, antialias, scale_h if scale_w is None else scale_w)
+    _check_resize_options(method, align_corners, cubic_a, antialias, scale_h if scale_h is not None else scale_w)
+    return prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w)
+
+
+def resize_grid_weights(table_shape, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75,
+                        antialias=False, scale=None, prefix_tokens=0):
+    """`resize_grid`'s plan: `(prefix_tokens, (old_h, old_w), (new_h, new_w), (index_h, weight_h),
+    (index_w, weight_w))`, the per-axis `resize_weights` in float64, after `check_resize_grid`."""
+    prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
+        table_shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
     options = dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias)
     rows = resize_weights(old_h, new_h, scale=scale_h, **options)
     cols = resize_weights(old_w, new_w, scale=scale_w, **options)

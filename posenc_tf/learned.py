@@ -13,11 +13,11 @@ from posenc_np.backend import (
     check_table,
     check_traced_integer,
 )
-from posenc_np.learned import resize_weights
+from posenc_np.learned import check_resize_grid, resize_weights
 
 from ._common import TRACE, as_tensor, is_tracing, register_serializable, spec_constant
 
-__all__ = ["learned", "resize_table", "LearnedEncoding"]
+__all__ = ["learned", "resize_grid", "resize_table", "LearnedEncoding"]
 
 
 def learned(table, positions):
@@ -41,24 +41,58 @@ def learned(table, positions):
     return tf.gather(table, tf.constant(checked, tf.int32))
 
 
-def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75):
+def _resize_constants(old_len, new_len, options, compute):
+    """`resize_weights(old_len, new_len, **options)` as cached (index, weight) arrays."""
+    # repr: the spec validates inside `make` (outside any trace), so the key must not fail on bad values first
+    key = ("resize", old_len, new_len) + tuple(repr(options[k]) for k in sorted(options))
+    make = lambda: resize_weights(old_len, new_len, **options)  # noqa: E731
+    index = spec_constant(key + ("index",), lambda: make()[0], dtype=tf.int32)
+    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute)
+    return index, weight
+
+
+def _options(method, align_corners, cubic_a, antialias, scale):
+    return dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, scale=scale)
+
+
+def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75, antialias=False,
+                 scale=None):
     """`[L, dim] -> [new_len, dim]` on the spec's grid; see `posenc_np.resize_table`.
 
     Not `tf.image.resize` (a = -0.5 cubic, antialias option): the gather indices and weights come from
     `posenc_np.resize_weights`. Sums in float32 at least; the result has the table's dtype.
     """
+    table = as_tensor(table)
     check_table("table", table.shape)
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
-    key = ("resize", old_len, new_len, method, align_corners, float(cubic_a))
-    make = lambda: resize_weights(old_len, new_len, method=method,  # noqa: E731
-                                  align_corners=align_corners, cubic_a=cubic_a)
-    index = spec_constant(key + ("index",), lambda: make()[0], dtype=tf.int32)
-    table = as_tensor(table)
     compute = tf.float64 if table.dtype == tf.float64 else tf.float32
-    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute)  # [new_len, taps]
+    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale),
+                                      compute)  # [new_len, taps]
     out = tf.einsum("nk,nkd->nd", weight, tf.gather(tf.cast(table, compute), index))
     return tf.cast(out, table.dtype)
+
+
+def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75, antialias=False,
+                scale=None, prefix_tokens=0):
+    """`[prefix + old_h * old_w, dim] -> [prefix + new_h * new_w, dim]`; see `posenc_np.resize_grid`.
+
+    Separable gathers with the spec's per-axis weights (not the framework's image resize); prefix rows are
+    copied. Sums in float32 at least; the result has the table's dtype.
+    """
+    table = as_tensor(table)
+    prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
+        table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
+    compute = tf.float64 if table.dtype == tf.float64 else tf.float32
+    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h),
+                                          compute)
+    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w),
+                                          compute)
+    grid = tf.reshape(tf.cast(table[prefix:], compute), (old_h, old_w, -1))
+    grid = tf.einsum("ya,yaxd->yxd", weight_h, tf.gather(grid, index_h))             # [new_h, old_w, dim]
+    grid = tf.einsum("xb,yxbd->yxd", weight_w, tf.gather(grid, index_w, axis=1))     # [new_h, new_w, dim]
+    return tf.concat([table[:prefix], tf.cast(tf.reshape(grid, (new_h * new_w, -1)), table.dtype)], axis=0)
 
 
 @register_serializable

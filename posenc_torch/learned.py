@@ -13,11 +13,11 @@ from posenc_np.backend import (
     check_table,
     check_traced_integer,
 )
-from posenc_np.learned import resize_weights
+from posenc_np.learned import check_resize_grid, resize_weights
 
 from ._common import TRACE, as_tensor, is_tracing, spec_constant
 
-__all__ = ["learned", "resize_table", "LearnedEncoding"]
+__all__ = ["learned", "resize_grid", "resize_table", "LearnedEncoding"]
 
 
 def learned(table, positions):
@@ -46,24 +46,58 @@ def learned(table, positions):
     return table[positions]
 
 
-def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75):
+def _resize_constants(old_len, new_len, options, compute, device):
+    """`resize_weights(old_len, new_len, **options)` as cached (index, weight) tensors; options hashable."""
+    # repr: the spec validates inside `make` (outside any trace), so the key must not fail on bad values first
+    key = ("resize", old_len, new_len) + tuple(repr(options[k]) for k in sorted(options))
+    make = lambda: resize_weights(old_len, new_len, **options)  # noqa: E731
+    index = spec_constant(key + ("index",), lambda: make()[0], dtype=torch.long, device=device)
+    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute, device=device)
+    return index, weight
+
+
+def _options(method, align_corners, cubic_a, antialias, scale):
+    return dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, scale=scale)
+
+
+def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75, antialias=False,
+                 scale=None):
     """`[L, dim] -> [new_len, dim]` on the spec's grid; see `posenc_np.resize_table`.
 
     Not `F.interpolate`: the gather indices and weights come from `posenc_np.resize_weights`, so
-    every framework samples the same grid. Weighted sums run in float32 at least; the result has
-    the table's dtype. Differentiable with respect to `table`.
+    every framework samples the same grid (and torch 2.13's `antialias=True` on a width-1 image, which
+    repeats one value, is never reached). Weighted sums run in float32 at least; the result has the
+    table's dtype. Differentiable with respect to `table`.
     """
     check_table("table", table.shape)
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])  # `make` closes over ints only: it runs outside any trace
-    key = ("resize", old_len, new_len, method, align_corners, float(cubic_a))
-    make = lambda: resize_weights(old_len, new_len, method=method,  # noqa: E731
-                                  align_corners=align_corners, cubic_a=cubic_a)
-    index = spec_constant(key + ("index",), lambda: make()[0], dtype=torch.long, device=table.device)
     compute = torch.promote_types(table.dtype, torch.float32)
-    weight = spec_constant(key + ("weight",), lambda: make()[1], dtype=compute, device=table.device)  # [new_len, taps]
+    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale),
+                                      compute, table.device)  # [new_len, taps]
     out = torch.einsum("nk,nkd->nd", weight, table.to(compute)[index])
     return out.to(table.dtype)
+
+
+def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75, antialias=False,
+                scale=None, prefix_tokens=0):
+    """`[prefix + old_h * old_w, dim] -> [prefix + new_h * new_w, dim]`; see `posenc_np.resize_grid`.
+
+    Separable gathers with the spec's per-axis weights (not `F.interpolate`); prefix rows are copied.
+    Sums in float32 at least; the result has the table's dtype. Differentiable with respect to `table`.
+    """
+    prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
+        table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
+    compute = torch.promote_types(table.dtype, torch.float32)
+    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h),
+                                          compute, table.device)
+    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w),
+                                          compute, table.device)
+    grid = table[prefix:].to(compute).reshape(old_h, old_w, -1)
+    grid = torch.einsum("ya,yaxd->yxd", weight_h, grid[index_h])        # [new_h, old_w, dim]
+    grid = torch.einsum("xb,yxbd->yxd", weight_w, grid[:, index_w])     # [new_h, new_w, dim]
+    return torch.cat([table[:prefix], grid.reshape(new_h * new_w, -1).to(table.dtype)], dim=0)
 
 
 class LearnedEncoding(torch.nn.Module):
