@@ -16,6 +16,7 @@ __all__ = ["Convention", "conventions", "families", "FAMILY_OF_ENCODING"]
 #: The `posenc check --encoding` family name of each contract function.
 FAMILY_OF_ENCODING = {
     "sinusoidal": "sinusoidal",
+    "sinusoidal_2d": "sinusoidal",
     "learned": "learned",
     "resize_table": "resize",
     "apply_rope": "rope",
@@ -123,6 +124,74 @@ _ALL = [
               "table row padding_idx = 1 is zeroed and is what pad tokens get.",
         extra={"padding_idx": 1, "zero_rows": (1,)},
     ),
+    Convention(
+        "whisper-encoder", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
+        source="openai/whisper whisper/model.py sinusoids(length, channels, max_timescale=10000); HF "
+               "models/whisper/modeling_whisper.py sinusoids (transformers 5.24)",
+        notes="Encoder positions 0..1499 (max_source_positions): exp(-ln(10000)/(C/2-1) i), [sin | cos]: "
+              "tensor2tensor's table. HF stores it as an nn.Embedding the checkpoint fills; the decoder's "
+              "positions are learned.",
+        extra={"num_rows": 1500},
+    ),
+    Convention(
+        "marian", "sinusoidal", {"layout": "concat", "denominator": "dim", "base": 10000.0},
+        source="HF models/marian/modeling_marian.py MarianSinusoidalPositionalEmbedding.create_weight "
+               "(also Pegasus, RoFormer; transformers 5.24)",
+        notes="pos / 10000**(2(j//2)/D) with sin on the first half and cos on the second: [sin | cos] at the paper's "
+              "frequencies; positions arange(past, past + L) (no padding offset). Built in float64 NumPy, stored "
+              "float32. Odd D gives sin ceil(D/2) columns (posenc refuses odd dim).",
+    ),
+    Convention(
+        "m2m100", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
+        position_offset=2,
+        source="HF models/m2m_100/modeling_m2m_100.py M2M100SinusoidalPositionalEmbedding (also NLLB, NLLB-MoE, "
+               "Speech2Text; transformers 5.24); fairseq sinusoidal_positional_embedding.py",
+        notes="fairseq's table: positions cumsum(ids != pad) * mask + padding_idx, so real tokens start at 2 and "
+              "pads read row padding_idx = 1, which is zeroed; the table has num_positions + 2 rows and grows.",
+        extra={"padding_idx": 1, "zero_rows": (1,)},
+    ),
+    Convention(
+        "xglm", "sinusoidal", {"layout": "concat", "denominator": "half-1", "base": 10000.0},
+        position_offset=2,
+        source="HF models/xglm/modeling_xglm.py XGLMSinusoidalPositionalEmbedding (transformers 5.24)",
+        notes="The fairseq table, but positions are position_ids + 2 (arange + past, not padding-aware): left "
+              "padding shifts real tokens, unlike M2M100. Row padding_idx = 1 is zeroed.",
+        extra={"padding_idx": 1, "zero_rows": (1,)},
+    ),
+    # --- 2-D sin-cos tables (sinusoidal_2d; positions [..., 2] = (row, column)) ---
+    Convention(
+        "mae-2d", "sinusoidal_2d", {"axis_order": "xy", "blocks": "per-axis", "layout": "concat",
+                                    "denominator": "dim", "base": 10000.0},
+        source="facebookresearch/mae util/pos_embed.py get_2d_sincos_pos_embed; facebookresearch/DiT models.py; "
+               "SD3 reference mmditx.py",
+        notes="[sin x | cos x | sin y | cos y], each dim/4 wide (meshgrid(grid_w, grid_h): MAE's emb_h is the "
+              "column); integer grid, tokens row-major; MAE prepends a zero CLS row.",
+    ),
+    Convention(
+        "diffusers-2d", "sinusoidal_2d", {"axis_order": "xy", "blocks": "per-axis", "layout": "concat",
+                                          "denominator": "dim", "base": 10000.0},
+        source="diffusers models/embeddings.py get_2d_sincos_pos_embed, get_2d_sincos_pos_embed_from_grid, "
+               "PatchEmbed (diffusers 0.42)",
+        notes="MAE's table at float positions: row i at i / (grid_h / base_size) / interpolation_scale, column j "
+              "likewise (float32 grid, float64 frequencies). PixArt: base_size = sample_size / patch, "
+              "interpolation_scale = max(sample_size // 64, 1); SD3 stores a pos_embed_max_size table (the "
+              "checkpoint's values win) and centre-crops it.",
+        extra={"positions": "index * base_size / grid / interpolation_scale"},
+    ),
+    Convention(
+        "timm-sincos2d", "sinusoidal_2d", {"axis_order": "yx", "blocks": "sin-cos", "layout": "concat",
+                                           "denominator": "dim", "base": 10000.0},
+        source="timm layers/pos_embed_sincos.py build_sincos2d_pos_embed (timm 1.0)",
+        notes="[sin h | sin w | cos h | cos w] with bands temperature**(-k/(dim/4)); interleave_sin_cos=True gives "
+              "blocks='per-axis' ([sin h | cos h | sin w | cos w]); reverse_coord swaps the axes.",
+    ),
+    Convention(
+        "big-vision-2d", "sinusoidal_2d", {"axis_order": "xy", "blocks": "per-axis", "layout": "concat",
+                                           "denominator": "half-1", "base": 10000.0},
+        source="google-research/big_vision big_vision/models/vit.py posemb_sincos_2d",
+        notes="omega = 1 / temperature**linspace(0, 1, dim/4): the last band reaches 1/temperature "
+              "(denominator dim/4 - 1), [sin x | cos x | sin y | cos y]; no CLS position embedding.",
+    ),
     # --- learned (section 2) ---
     Convention(
         "bert", "learned", {}, source="google-research/bert modeling.py; HF models/bert/modeling_bert.py (2.1)",
@@ -222,6 +291,22 @@ _ALL = [
         source="HF models/bloom/modeling_bloom.py build_alibi_tensor (4.2)",
         notes="+m * j on key positions only (cumsum of the attention mask); equals the paper's softmax "
               "only under a causal mask; added after the 1/sqrt(d) scale.",
+    ),
+    Convention(
+        "mpt-alibi", "alibi_bias", {"form": "causal", "max_bias": 8.0},
+        source="HF models/mpt/modeling_mpt.py build_mpt_alibi_tensor(num_heads, sequence_length, alibi_bias_max=8); "
+               "mosaicml/llm-foundry gen_slopes",
+        notes="m (j - (L-1)): the paper's causal form with every query at the last position, a row constant "
+              "under the causal mask; slopes 2**(-alibi_bias_max k / N), N = 2**ceil(log2 H), reordered "
+              "(= Press's rule with max_bias). alibi_bias_max is a config field (8 in released MPTs).",
+    ),
+    Convention(
+        "ggml-alibi", "alibi_bias", {"form": "symmetric", "max_bias": 8.0},
+        source="ggml src/ggml-cpu/ops.cpp ggml_compute_forward_soft_max_f32 (m0 = 2**(-max_bias/n_floor), "
+               "m1 = 2**(-(max_bias/2)/n_floor)); llama.cpp llama-kv-cache.cpp mask -|p0 - p1|",
+        notes="softmax(scale * logits + slope * mask) with mask = -|i - j| on real KV-cache positions and -inf "
+              "above the diagonal; max_bias from GGUF max_alibi_bias (8 for bloom/mpt). With flash attention "
+              "the mask is F16: distances past 2048 round.",
     ),
     # --- T5 (section 5) ---
     Convention(
