@@ -19,6 +19,7 @@ FAMILY_OF_ENCODING = {
     "sinusoidal_2d": "sinusoidal",
     "learned": "learned",
     "resize_table": "resize",
+    "resize_grid": "resize",
     "apply_rope": "rope",
     "alibi_bias": "alibi",
     "t5_bias": "t5",
@@ -204,6 +205,62 @@ _ALL = [
         notes="514 rows = 512 + padding_idx + 1; real tokens use rows 2..513, pads row 1. Porting to a "
               "0-based table drops rows [:2].",
         extra={"num_rows": 514, "padding_idx": 1},
+    ),
+    # --- ViT position-grid resizes (resize_grid; docs/conventions.md, research families-2026-12.md 2.1-2.2) ---
+    Convention(
+        "hf-vit", "resize_grid", {"method": "cubic", "align_corners": False, "cubic_a": -0.75, "antialias": False},
+        source="transformers 5.24 models/vit/modeling_vit.py, models/clip/modeling_clip.py, models/siglip/"
+               "modeling_siglip.py, models/dinov2/modeling_dinov2.py ViTEmbeddings.interpolate_pos_encoding etc.: "
+               "F.interpolate(size=(h // patch, w // patch), mode='bicubic', align_corners=False)",
+        notes="PyTorch bicubic (a = -0.75, replicated borders), size grid, no antialias. One prefix row (CLS) for "
+              "ViT, CLIP and Dinov2, none for SigLIP; Dinov2 resamples in float32 and casts back. HF Dinov2 "
+              "passes size, not the original's scale_factor (transformers PR #35411 context): see 'dinov2'.",
+        extra={"prefix_tokens": 1},
+    ),
+    Convention(
+        "timm", "resize_grid", {"method": "cubic", "align_corners": False, "cubic_a": -0.5, "antialias": True},
+        source="timm 1.0.31 layers/pos_embed.py resample_abs_pos_embed(num_prefix_tokens=1, interpolation='bicubic', "
+               "antialias=True, align_corners=None); models/vision_transformer.py dynamic-size path",
+        notes="torch's antialiased bicubic (aten _upsample_bicubic2d_aa: a = -0.5, the support widened by 1/scale "
+              "when downsampling, taps outside the grid dropped and weights renormalised), used for upsampling "
+              "too; float32, cast back. num_prefix_tokens rows (CLS, registers) kept; rectangular old_size "
+              "(timm PR #2737). NaFlexVit SigLIP2 configs use bilinear (see 'siglip2').",
+        extra={"prefix_tokens": 1},
+    ),
+    Convention(
+        "open-clip", "resize_grid", {"method": "cubic", "align_corners": False, "cubic_a": -0.5, "antialias": True},
+        source="open_clip 3.3.0 open_clip/model.py resize_pos_embed(interpolation='bicubic', antialias=True)",
+        notes="The image tower's table at load time: timm's kernel, one prefix row, square old grid. The text "
+              "tower's resize_text_pos_embed is a 1-D resize_table(method='linear') (no antialias).",
+        extra={"prefix_tokens": 1},
+    ),
+    Convention(
+        "dinov2", "resize_grid", {"method": "cubic", "align_corners": False, "cubic_a": -0.75, "antialias": False},
+        source="facebookresearch/dinov2 dinov2/models/vision_transformer.py interpolate_pos_encoding "
+               "(interpolate_offset=0.1, interpolate_antialias=False): F.interpolate(scale_factor=((h0 + 0.1) / M, "
+               "(w0 + 0.1) / M), mode='bicubic'); dino issue #8",
+        notes="The scale_factor grid: pass scale=((new_h + 0.1) / old_h, (new_w + 0.1) / old_w), which samples at "
+              "(i + 0.5) / scale - 0.5, not at the size grid's old/new (0.13 apart from HF Dinov2 on a range-2.7 "
+              "table at 37 -> 16). One CLS row; float32.",
+        extra={"prefix_tokens": 1, "interpolate_offset": 0.1},
+    ),
+    Convention(
+        "dinov2-reg", "resize_grid", {"method": "cubic", "align_corners": False, "cubic_a": -0.5, "antialias": True},
+        source="facebookresearch/dinov2 dinov2/hub/backbones.py *_reg models (interpolate_antialias=True, "
+               "interpolate_offset=0.0); transformers 5.24 models/dinov2_with_registers/"
+               "modeling_dinov2_with_registers.py interpolate_pos_encoding (size, antialias=True)",
+        notes="Size grid with torch's antialiased bicubic (a = -0.5). The table holds the CLS row only: register "
+              "tokens are inserted after the position embedding is added. float32.",
+        extra={"prefix_tokens": 1},
+    ),
+    Convention(
+        "siglip2", "resize_grid", {"method": "linear", "align_corners": False, "antialias": True},
+        source="transformers 5.24 models/siglip2/modeling_siglip2.py Siglip2VisionEmbeddings."
+               "resize_positional_embeddings: F.interpolate(size=spatial_shape, mode='bilinear', align_corners=False, "
+               "antialias=True); timm naflexvit SigLIP2 configs (pos_embed_interp_mode='bilinear')",
+        notes="Bilinear with antialias (matters when an axis shrinks), no prefix row, per image spatial_shapes; "
+              "rows past h * w up to max_length are filled with the first resized row. float32.",
+        extra={"prefix_tokens": 0, "padding": "rows past new_h * new_w repeat row 0"},
     ),
     # --- rotary (section 3) ---
     Convention(
