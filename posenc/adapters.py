@@ -63,6 +63,8 @@ FRAMEWORK_CODE = {
                              "with torch.distributed.checkpoint",
     "posenc/onnx/graphs.py": "builds ONNX graphs (onnx.helper) and runs them on ONNX Runtime",
     "posenc/impl/builtin/": "third-party implementations `posenc check --impl` runs in their own framework",
+    "posenc/impl/score_mod.py": "FlexAttention score_mods (`Implementation.from_score_mod`) are evaluated with "
+                                "torch.func.vmap and run through torch.nn.attention.flex_attention",
     "posenc/impl/training_torch.py": "autograd probes of torch kernels: version counters, in-place writes, "
                                      "torch.autograd.grad through autograd.Function kernels",
     "posenc/port/presets/bert.py": "builds the Keras BERT embeddings model whose load_weights proves the "
