@@ -6,7 +6,7 @@ import numpy as np
 
 from posenc_np.backend import numpy_dtype
 from posenc_np.conventions import conventions
-from posenc_np.learned import resize_weights
+from posenc_np.learned import resize_grid_weights, resize_weights
 from posenc_np.sinusoidal import sinusoid_inv_freq
 from posenc_np.testing import tolerance
 
@@ -74,20 +74,22 @@ _learned_case("roberta", "left-pad", 514,
               "make_positions on a left-padded batch: pads row 1, tokens from row 2")
 
 
-def _resize_case(name, old_len, new_len, method, align_corners=False, cubic_a=-0.75):
-    index, weight = resize_weights(old_len, new_len, method=method, align_corners=align_corners, cubic_a=cubic_a)
+def _resize_case(name, old_len, new_len, method, align_corners=False, cubic_a=-0.75, antialias=False, scale=None):
+    options = {"method": method, "align_corners": align_corners, "cubic_a": cubic_a, "antialias": antialias,
+               "scale": scale}
+    index, weight = resize_weights(old_len, new_len, **options)
     gain = float(np.abs(weight).sum(axis=1).max())  # a weighted sum's float32 error scales with sum |w|
 
     def make(rng, dtype):
         # smooth rows (a random walk) like a trained position table, plus noise
         table = (np.cumsum(rng.normal(size=(old_len, 8)), axis=0) / np.sqrt(old_len)).astype(numpy_dtype(dtype))
-        return (table, new_len), {"method": method, "align_corners": align_corners, "cubic_a": cubic_a}
+        return (table, new_len), options
 
     def tol(desired, dtype, args):
         return tolerance(dtype, scale=gain * max(float(np.abs(desired).max()), 1e-30))
 
     register(Case("resize_table", name, f"{old_len}->{new_len}", make, tol,
-                  description=f"{method}, align_corners={align_corners}"))
+                  description=f"{method}, align_corners={align_corners}, antialias={antialias}, scale={scale}"))
 
 
 _resize_case("linear", 24, 64, "linear")
@@ -98,3 +100,35 @@ _resize_case("cubic", 24, 64, "cubic")
 _resize_case("cubic", 64, 24, "cubic")
 _resize_case("cubic-corners", 24, 37, "cubic", align_corners=True)
 _resize_case("cubic-a0.5", 24, 64, "cubic", cubic_a=-0.5)
+_resize_case("cubic-antialias", 64, 24, "cubic", cubic_a=-0.5, antialias=True)  # torch's AA bicubic, widened
+_resize_case("linear-scale", 24, 37, "linear", scale=1.55)  # torch scale_factor grid: 37 = floor(24 * 1.55)
+
+
+def _resize_grid_case(convention, case, old_grid, new_grid, prefix_tokens, description, scale=None):
+    """`resize_grid` under a named convention on a smooth `[prefix + h * w, 8]` table."""
+    params = dict(conventions[convention].params)
+    keywords = {**params, "scale": scale, "prefix_tokens": prefix_tokens}
+    _, _, _, (_, weight_h), (_, weight_w) = resize_grid_weights(
+        (prefix_tokens + old_grid[0] * old_grid[1], 8), old_grid, new_grid, **keywords)
+    # the two axes' weighted sums nest: the float32 error scales with the product of their sums of |w|
+    gain = float(np.abs(weight_h).sum(axis=1).max() * np.abs(weight_w).sum(axis=1).max())
+
+    def make(rng, dtype):
+        rows = np.cumsum(rng.normal(size=(old_grid[0] * old_grid[1], 8)), axis=0) / np.sqrt(old_grid[0] * old_grid[1])
+        table = np.concatenate([rng.normal(size=(prefix_tokens, 8)), rows]).astype(numpy_dtype(dtype))
+        return (table, old_grid, new_grid), keywords
+
+    def tol(desired, dtype, args):
+        return tolerance(dtype, scale=gain * max(float(np.abs(desired).max()), 1e-30))
+
+    register(Case("resize_grid", convention, case, make, tol, description=description))
+
+
+# few cases (each runs on every backend, dtype and mode): up and down, prefix rows 0 / 1 / 5, a non-square grid,
+# torch's antialiased kernel and the scale_factor grid
+_resize_grid_case("hf-vit", "7x7->10x10", (7, 7), (10, 10), 1, "HF ViT bicubic upsampling, CLS row")
+_resize_grid_case("timm", "9x9->5x5-prefix5", (9, 9), (5, 5), 5, "timm antialiased bicubic downsampling, 5 prefix rows")
+_resize_grid_case("siglip2", "6x6->4x9", (6, 6), (4, 9), 0, "antialiased bilinear to a non-square grid, no prefix")
+_resize_grid_case("dinov2", "8x8->6x10", (8, 8), (6, 10), 1, "scale_factor grid (interpolate_offset 0.1)",
+                  scale=(6.1 / 8, 10.1 / 8))
+
