@@ -31,11 +31,12 @@ import numpy as np
 from ...adapters import NotSupported, adapter
 from ..implementation import Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids, rotated_pair
+from . import transformers_sinusoids
 from ._kernel_inputs import require_shared_three_axes
 
 DISTRIBUTION = "transformers"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
-NAMES = ('transformers', 'transformers-gptj')
+NAMES = ('transformers', 'transformers-gptj', *transformers_sinusoids.NAMES)
 
 #: posenc scaling types transformers' ROPE_INIT_FUNCTIONS compute (the others are other runtimes' variants)
 HF_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
@@ -214,7 +215,7 @@ def t5_bias(table, q_positions, k_positions, *, bidirectional=True, num_buckets=
         return attention.compute_bias(q.size, k.size, past_seen_tokens=int(q[0]))[0]
 
 
-def load() -> tuple[Implementation, Implementation]:
+def load() -> tuple[Implementation, ...]:
     torch, transformers = _torch()
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
@@ -228,10 +229,11 @@ def load() -> tuple[Implementation, Implementation]:
     # probes call it with tensors that require grad
     main.kernel = (apply_rotary_pos_emb, "half")
     # GPT-J's forward is judged through NumPy tables here; its training path is not probed
-    return (main, Implementation("transformers-gptj", "torch", {"apply_rope": gptj_apply_rope},
-                                 version=transformers.__version__, layouts=("interleaved",), angles="float32",
-                                 max_positions=GPTJ_TABLE_ROWS, differentiable=False,
-                                 description="GPT-J's sin/cos table (n_positions rows) + rotate_every_two"))
+    gptj = Implementation("transformers-gptj", "torch", {"apply_rope": gptj_apply_rope},
+                          version=transformers.__version__, layouts=("interleaved",), angles="float32",
+                          max_positions=GPTJ_TABLE_ROWS, differentiable=False,
+                          description="GPT-J's sin/cos table (n_positions rows) + rotate_every_two")
+    return (main, gptj, *transformers_sinusoids.implementations(transformers.__version__))
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
