@@ -10,7 +10,7 @@ from posenc_np.learned import resize_grid_weights, resize_weights
 from posenc_np.sinusoidal import sinusoid_inv_freq
 from posenc_np.testing import tolerance
 
-from .registry import Case, register
+from .registry import MODES, Case, register
 
 DIM = 32
 LONG = 2**20
@@ -22,14 +22,14 @@ def _sinusoid_tol(positions, params):
     return lambda desired, dtype, args: tolerance(dtype, max_angle=max_angle)
 
 
-def _sinusoid_case(convention, case, positions, description):
+def _sinusoid_case(convention, case, positions, description, modes=MODES):
     params = dict(conventions[convention].params)
     positions = np.asarray(positions)
 
     def make(rng, dtype):
         return (positions, DIM), {**params, "dtype": dtype}
 
-    register(Case("sinusoidal", convention, case, make, _sinusoid_tol(positions, params),
+    register(Case("sinusoidal", convention, case, make, _sinusoid_tol(positions, params), modes=modes,
                   description=description))
 
 
@@ -48,6 +48,59 @@ _sinusoid_case("vaswani", "past-2048", np.arange(2049, 2061), "positions 2049..2
 for _name in ("diffusers-sd", "ddpm", "diffusers-dit"):
     _sinusoid_case(_name, "timesteps", np.array([0.0, 1.0, 17.5, 250.0, 999.0]),
                    "diffusion timesteps (float positions 0..999)")
+
+# the transformers sinusoid builders' position rules (eager only: their parameters are fairseq's, tensor2tensor's
+# or (concat, dim), whose backend code the cases above already trace)
+EAGER = ("eager",)
+_sinusoid_case("marian", "kv-offset", np.arange(500, 512)[None, :] + np.array([[0], [37]]),
+               "[batch, seq] positions arange(past, past + 12), past 500 and 537", modes=EAGER)
+_sinusoid_case("whisper-encoder", "encoder", np.arange(1500), "encoder positions 0..1499 (the stored table)",
+               modes=EAGER)
+_sinusoid_case("m2m100", "left-pad", np.array([[1, 1, 1, 2, 3, 4], [2, 3, 4, 5, 6, 7]]),
+               "fairseq make_positions of a left-padded batch: pads at padding_idx 1, tokens from 2", modes=EAGER)
+_sinusoid_case("xglm", "left-pad", np.arange(6)[None, :].repeat(2, 0) + 2,
+               "position_ids + 2 for a left-padded batch (not padding-aware: pads take positions too)", modes=EAGER)
+
+
+def _grid(rows, cols):
+    """`[rows, cols, 2]` (row, column) positions of a ViT patch grid."""
+    return np.stack(np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"), axis=-1)
+
+
+def _diffusers_grid(grid_h, grid_w, base_size, interpolation_scale):
+    """diffusers' float grid: index / (grid / base_size) / interpolation_scale per axis (in float64 here)."""
+    rows = np.arange(grid_h) / (grid_h / base_size) / interpolation_scale
+    cols = np.arange(grid_w) / (grid_w / base_size) / interpolation_scale
+    return np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1)
+
+
+def _sinusoid_2d_case(convention, case, positions, description, modes=MODES):
+    params = dict(conventions[convention].params)
+    positions = np.asarray(positions)
+    # each axis is a sinusoid of width DIM / 2: the largest angle is the largest coordinate times w_0 = 1
+    inv_freq = sinusoid_inv_freq(DIM // 2, base=params["base"], denominator=params["denominator"])
+    max_angle = float(np.abs(positions.astype(np.float64)).max() * inv_freq.max())
+
+    def make(rng, dtype):
+        return (positions, DIM), {**params, "dtype": dtype}
+
+    register(Case("sinusoidal_2d", convention, case, make,
+                  lambda desired, dtype, args: tolerance(dtype, max_angle=max_angle), modes=modes,
+                  description=description))
+
+
+# a non-square grid, so that swapping rows and columns (axis_order) changes the table; jit for one case only
+_sinusoid_2d_case("mae-2d", "grid-6x8", _grid(6, 8), "[6, 8, 2] integer grid: [sin x | cos x | sin y | cos y]")
+_sinusoid_2d_case("mae-2d", "long", np.array([[0, 0], [1, 257], [4097, 2049], [65537, 65535], [LONG - 1, 3]]),
+                  "(row, column) up to 2^20 (bf16 would round 257 to 256)", modes=EAGER)
+_sinusoid_2d_case("diffusers-2d", "pixart-16-base8-interp2", _diffusers_grid(16, 16, 8, 2),
+                  "float grid i / (16 / 8) / 2 (PixArt's base_size and interpolation_scale)", modes=EAGER)
+_sinusoid_2d_case("diffusers-2d", "non-square-6x10", _diffusers_grid(6, 10, 8, 1),
+                  "float grid rows i * 8 / 6, columns j * 8 / 10", modes=EAGER)
+_sinusoid_2d_case("timm-sincos2d", "grid-6x8", _grid(6, 8), "[6, 8, 2] integer grid: [sin h | sin w | cos h | cos w]",
+                  modes=EAGER)
+_sinusoid_2d_case("big-vision-2d", "grid-6x8", _grid(6, 8), "[6, 8, 2] integer grid, denominator dim/4 - 1",
+                  modes=EAGER)
 
 
 def _left_padded_positions(tokens, padding_idx):

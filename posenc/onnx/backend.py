@@ -149,7 +149,7 @@ def _prepare(fn, args, kwargs):
         if fn == "alibi_bias":
             heads, q, k = args
             baked = ()
-            build = dict(heads=heads, form=kwargs.get("form", "symmetric"),
+            build = dict(heads=heads, form=kwargs.get("form", "symmetric"), max_bias=kwargs.get("max_bias", 8.0),
                          dtype=graphs.check_dtype(kwargs.get("dtype")))
         else:
             table, q, k = args

@@ -351,18 +351,18 @@ def _lead(q_rank, k_rank):
     return [f"batch{i}" for i in range(max(q_rank, k_rank) - 1)]
 
 
-def alibi_model(*, heads, form="symmetric", dtype="float32", q_rank=1, k_rank=1):
+def alibi_model(*, heads, form="symmetric", max_bias=8.0, dtype="float32", q_rank=1, k_rank=1):
     """`q_positions [q]`, `k_positions [k]` int64 -> `bias [heads, q, k]` (`posenc_np.alibi_bias`).
 
     Distances are formed in int64 and converted once to float32 (exact below 2**24), times the
-    float32-rounded slopes `alibi_slopes(heads)`; float16 output is cast once at the end.
+    float32-rounded slopes `alibi_slopes(heads, max_bias=max_bias)`; float16 output is cast once at the end.
     """
     _, TP, _, _ = _onnx()
-    heads = check_alibi_args(heads, form)
+    heads = check_alibi_args(heads, form, max_bias)
     dtype = check_dtype(dtype)
     b = _Builder()
     q, k, infos = _pair_inputs(b, q_rank, k_rank)
-    slopes = alibi_slopes(heads).astype(np.float32)[:, None, None]
+    slopes = alibi_slopes(heads, max_bias=max_bias).astype(np.float32)[:, None, None]
     if form == "bloom":
         # + m * j on the full [..., q, k] grid: j + 0 * i keeps the query axis like the spec
         grid = b.out("Add", [b.out("Mul", [q, b.const(np.array(0, np.int64))]), k])
@@ -377,7 +377,7 @@ def alibi_model(*, heads, form="symmetric", dtype="float32", q_rank=1, k_rank=1)
     if dtype != "float32":
         b.out("Cast", [bias], name="bias", to=_elem(dtype))
     return b.model("posenc_alibi", infos, [_value("bias", _elem(dtype), _lead(q_rank, k_rank) + [heads, "q", "k"])],
-                   f"posenc alibi_bias: heads={heads}, form={form}")
+                   f"posenc alibi_bias: heads={heads}, form={form}, max_bias={max_bias}")
 
 
 def t5_model(table, *, bidirectional=True, num_buckets=32, max_distance=128, dtype=None, q_rank=1, k_rank=1):
