@@ -206,8 +206,10 @@ def add_parser(subparsers) -> None:
         "port", help="convert a checkpoint between frameworks and conventions, then verify it",
         description="Convert SOURCE into TARGET (format from the name: .safetensors, .npz, .pt/.bin, .weights.h5, "
                     ".msgpack, .gguf, or a checkpoint directory ending in /; SOURCE may also be a sharded HF "
-                    "checkpoint directory or its model.safetensors.index.json, or Meta's consolidated.NN.pth "
-                    "shards), verify the encodings numerically, and write TARGET only when verified (exit 0). "
+                    "checkpoint directory or its model.safetensors.index.json, Meta's consolidated.NN.pth "
+                    "shards, or a training stack's checkpoint directory: torch DCP (torchtitan), Orbax (MaxText), "
+                    "Megatron torch_dist / NeMo 2; the stack presets write those directories, named with or "
+                    "without a trailing /), verify the encodings numerically, and write TARGET only when verified (exit 0). "
                     "A failed verification keeps the output as TARGET.unverified and exits 1; bad input exits 2 "
                     "and writes nothing. Globs match SOURCE names; '*' matches any text, dots included.")
     port.add_argument("source", metavar="SOURCE")

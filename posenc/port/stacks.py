@@ -49,6 +49,7 @@ from ..errors import UsageError
 from ..formats import open_reader, write_checkpoint
 from ..formats.base import Reader, dtype_name
 from .checks import Check
+from .hf_config import heads as hf_heads
 
 __all__ = ["Dims", "dims_of", "canonical_names", "StackLayout", "TorchtitanLayout", "MaxTextLayout",
            "MegatronLayout", "LAYOUTS", "pack_entries", "verify_stack", "read_stack_config_file"]
@@ -88,10 +89,8 @@ class Dims:
 def dims_of(config) -> Dims:
     """`Dims` of an HF Llama config dict; UsageError naming a missing key."""
     try:
-        heads = int(config["num_attention_heads"])
-        return Dims(layers=int(config["num_hidden_layers"]), heads=heads,
-                    kv_heads=int(config.get("num_key_value_heads") or heads),
-                    head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
+        heads, kv_heads, head_dim = hf_heads(config)
+        return Dims(layers=int(config["num_hidden_layers"]), heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                     hidden=int(config["hidden_size"]), ffn=int(config["intermediate_size"]),
                     vocab=int(config["vocab_size"]), tied=bool(config.get("tie_word_embeddings", False)))
     except (KeyError, TypeError, ValueError) as error:
