@@ -47,6 +47,7 @@ BUILTINS = {
     "diffusers": "diffusers",
     "megatron-core": "megatron_core",
     "unsloth": "unsloth",
+    "transformers-bias": "transformers_bias",
 }
 
 
