@@ -98,9 +98,20 @@ def _torchtitan_extras(stack_config, hf_config, dims):
     return stack_config
 
 
+def _no_overrides(options, what):
+    """The stack presets take every setting from the configs (and prove them): a flag that would override one is bad
+    usage, never ignored."""
+    given = [f"--{name.replace('_', '-')}" for name in ("heads", "kv_heads", "rope_theta", "rotary_dim", "rope_scaling")
+             if getattr(options, name, None) is not None]
+    if given:
+        raise UsageError(f"{what} reads the model's settings from its config (and checks them); {', '.join(given)} "
+                         "would override them: edit the config instead")
+
+
 def hf_llama_to_stack(dialect, reader, options):
     """HF Llama (config.json beside SOURCE) -> the stack's checkpoint directory and config."""
     what = f"hf-llama-to-{dialect}"
+    _no_overrides(options, what)
     config = config_beside(reader, what)
     if config.get("model_type") != "llama":
         raise UsageError(f"{what} ports model_type 'llama'; config.json says {config.get('model_type')!r}")
@@ -166,6 +177,7 @@ def _hf_from_stack(dialect, stack_config, stack_reader, what):
 def stack_to_hf_llama(dialect, reader, options):
     """The stack's checkpoint directory (its config beside it) -> an HF Llama checkpoint directory."""
     what = f"{dialect}-to-hf-llama"
+    _no_overrides(options, what)
     stack_reader = getattr(reader, "stack_reader", reader)
     directory = stack_reader.path
     stack_config, config_path = read_stack_config_file(dialect, directory)

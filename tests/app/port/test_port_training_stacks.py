@@ -684,3 +684,9 @@ def test_a_model_tensor_without_a_place_is_refused(round_trip, tmp_path, capsys)
     capsys.readouterr()
     assert cli("port", extra, tmp_path / "back", "--preset", "megatron-to-hf-llama") == 2
     assert "linear_qkv.bias" in capsys.readouterr().err and not (tmp_path / "back").exists()
+
+
+def test_flags_that_would_override_the_config_are_refused(hf, tmp_path, capsys):
+    capsys.readouterr()
+    assert cli("port", hf[0], tmp_path / "tt", "--preset", "hf-llama-to-torchtitan", "--rope-theta", "10000") == 2
+    assert "--rope-theta" in capsys.readouterr().err and not (tmp_path / "tt").exists()
