@@ -48,6 +48,9 @@ BUILTINS = {
     "megatron-core": "megatron_core",
     "unsloth": "unsloth",
     "transformers-bias": "transformers_bias",
+    "attn-gym": "attn_gym",
+    "torch": "torch_interpolate",
+    "timm": "timm",
 }
 
 

@@ -38,6 +38,25 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     return out if dtype is None else out.to(adapter("torch").dtype(dtype))  # the model casts to its dtype
 
 
+def sinusoidal_2d(positions, dim, *, base=10000.0, axis_order="xy", blocks="per-axis", layout="concat",
+                  denominator="dim", dtype=None):
+    """The contract's `sinusoidal_2d` through `get_2d_sincos_pos_embed_from_grid(dim, grid)` (PixArt, SD3, DiT's
+    patch embeddings): `grid[0]` (encoded first, as diffusers' `meshgrid(grid_w, grid_h)` puts the column
+    coordinate there) and `grid[1]` any float positions; `[sin | cos]` halves, Vaswani's denominator, base 10000."""
+    import torch
+    from diffusers.models.embeddings import get_2d_sincos_pos_embed_from_grid
+
+    settings = dict(blocks=blocks, layout=layout, denominator=denominator)
+    if settings != dict(blocks="per-axis", layout="concat", denominator="dim") or float(base) != 10000.0:
+        raise NotSupported(f"get_2d_sincos_pos_embed_from_grid encodes [enc(grid[0]) | enc(grid[1])], each "
+                           f"[sin | cos] with base 10000 and Vaswani's denominator; not {settings}, base={base}")
+    flat = positions.reshape(-1, 2).to(torch.float64)
+    first, second = (flat[:, 1], flat[:, 0]) if axis_order == "xy" else (flat[:, 0], flat[:, 1])
+    out = get_2d_sincos_pos_embed_from_grid(int(dim), torch.stack([first, second]))
+    out = out.reshape(*positions.shape[:-1], int(dim))
+    return out if dtype is None else out.to(adapter("torch").dtype(dtype))
+
+
 def load() -> Implementation:
     import importlib.metadata
 
@@ -45,9 +64,11 @@ def load() -> Implementation:
         import diffusers.models.embeddings  # noqa: F401
     except ImportError as error:
         raise ImplementationUnavailable(f"--impl diffusers: diffusers does not import ({error})") from error
-    return Implementation("diffusers", "torch", {"sinusoidal": sinusoidal}, angles="float32",
+    return Implementation("diffusers", "torch", {"sinusoidal": sinusoidal, "sinusoidal_2d": sinusoidal_2d},
+                          angles="float32",
                           version=importlib.metadata.version(DISTRIBUTION), differentiable=False,
-                          description="get_timestep_embedding (the timestep sinusoid of diffusion models)")
+                          description="get_timestep_embedding (the timestep sinusoid of diffusion models), "
+                                      "get_2d_sincos_pos_embed_from_grid (2-D patch tables)")
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
