@@ -157,7 +157,8 @@ _resize_case("cubic-antialias", 64, 24, "cubic", cubic_a=-0.5, antialias=True)  
 _resize_case("linear-scale", 24, 37, "linear", scale=1.55)  # torch scale_factor grid: 37 = floor(24 * 1.55)
 
 
-def _resize_grid_case(convention, case, old_grid, new_grid, prefix_tokens, description, scale=None):
+def _resize_grid_case(convention, case, old_grid, new_grid, prefix_tokens, description, scale=None,
+                      modes=("eager", "jit")):
     """`resize_grid` under a named convention on a smooth `[prefix + h * w, 8]` table."""
     params = dict(conventions[convention].params)
     keywords = {**params, "scale": scale, "prefix_tokens": prefix_tokens}
@@ -174,7 +175,7 @@ def _resize_grid_case(convention, case, old_grid, new_grid, prefix_tokens, descr
     def tol(desired, dtype, args):
         return tolerance(dtype, scale=gain * max(float(np.abs(desired).max()), 1e-30))
 
-    register(Case("resize_grid", convention, case, make, tol, description=description))
+    register(Case("resize_grid", convention, case, make, tol, description=description, modes=modes))
 
 
 # few cases (each runs on every backend, dtype and mode): up and down, prefix rows 0 / 1 / 5, a non-square grid,
@@ -184,4 +185,9 @@ _resize_grid_case("timm", "9x9->5x5-prefix5", (9, 9), (5, 5), 5, "timm antialias
 _resize_grid_case("siglip2", "6x6->4x9", (6, 6), (4, 9), 0, "antialiased bilinear to a non-square grid, no prefix")
 _resize_grid_case("dinov2", "8x8->6x10", (8, 8), (6, 10), 1, "scale_factor grid (interpolate_offset 0.1)",
                   scale=(6.1 / 8, 10.1 / 8))
+# the models' own shapes (transformers' SigLIP: no prefix row; Dinov2-with-registers: antialiased), eager only
+_resize_grid_case("hf-vit", "6x6->4x4-no-prefix", (6, 6), (4, 4), 0, "HF SigLIP bicubic downsampling, no prefix row",
+                  modes=("eager",))
+_resize_grid_case("dinov2-reg", "6x6->9x9", (6, 6), (9, 9), 1, "Dinov2-with-registers antialiased bicubic, CLS row",
+                  modes=("eager",))
 

@@ -31,12 +31,12 @@ import numpy as np
 from ...adapters import NotSupported, adapter
 from ..implementation import Implementation, ImplementationUnavailable
 from ..rotary_kernel import hf_position_ids, rotated_pair
-from . import transformers_sinusoids
+from . import transformers_sinusoids, transformers_vision
 from ._kernel_inputs import require_shared_three_axes
 
 DISTRIBUTION = "transformers"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
-NAMES = ('transformers', 'transformers-gptj', *transformers_sinusoids.NAMES)
+NAMES = ('transformers', 'transformers-gptj', *transformers_sinusoids.NAMES, *transformers_vision.NAMES)
 
 #: posenc scaling types transformers' ROPE_INIT_FUNCTIONS compute (the others are other runtimes' variants)
 HF_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
@@ -233,7 +233,8 @@ def load() -> tuple[Implementation, ...]:
                           version=transformers.__version__, layouts=("interleaved",), angles="float32",
                           max_positions=GPTJ_TABLE_ROWS, differentiable=False,
                           description="GPT-J's sin/cos table (n_positions rows) + rotate_every_two")
-    return (main, gptj, *transformers_sinusoids.implementations(transformers.__version__))
+    return (main, gptj, *transformers_sinusoids.implementations(transformers.__version__),
+            *transformers_vision.implementations(transformers.__version__))
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
