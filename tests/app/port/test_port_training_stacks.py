@@ -242,6 +242,35 @@ with torch.no_grad():
 np.save(out_path, logits.double().numpy())
 """
 
+TORCHTITAN_ADAPTER = r"""
+import json, sys
+import torch
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import load_file
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers
+from torchtitan.models.llama3.state_dict_adapter import Llama3StateDictAdapter
+directory, hf_file, out_path = sys.argv[1:4]
+m = json.load(open(directory + "/job_config.json"))["model_spec"]["model"]
+att = m["layers"][0]["attention"]
+config = Llama3Model.Config(
+    dim=m["dim"], vocab_size=m["vocab_size"],
+    tok_embeddings=Embedding.Config(num_embeddings=m["vocab_size"], embedding_dim=m["dim"]),
+    norm=RMSNorm.Config(normalized_shape=m["dim"]), lm_head=Linear.Config(in_features=m["dim"], out_features=m["vocab_size"]),
+    layers=_build_llama3_layers(fuse_qkv=False, n_layers=len(m["layers"]), dim=m["dim"], n_heads=att["n_heads"],
+                                n_kv_heads=att["n_kv_heads"], hidden_dim=m["layers"][0]["feed_forward"]["hidden_dim"],
+                                rope=ComplexRoPE.Config(**att["rope"]), attn_backend="flex"))
+adapter = Llama3StateDictAdapter(config, None)
+hf = load_file(hf_file)
+ours = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in adapter.from_hf(dict(hf)).items()}
+dcp.load(ours, checkpoint_id=directory, no_dist=True)
+theirs = adapter.from_hf(dict(hf))
+back = adapter.to_hf(ours)
+json.dump({"from_hf": sorted(k for k in theirs if not torch.equal(theirs[k], ours[k])),
+           "to_hf": sorted(k for k in hf if not torch.equal(hf[k], back[k])), "keys": len(theirs)}, open(out_path, "w"))
+"""
+
+
 MEGATRON_RUN = r"""
 import contextlib, json, socket, sys
 sys.modules["transformer_engine"] = None  # the Python-only TE wheel raises on import: megatron's non-TE branches
@@ -316,6 +345,20 @@ def _assert_close(actual, desired):
 def test_torchtitan_llama3_model_gives_hf_logits(round_trip, tmp_path):
     _need("torchtitan.models", "torchtitan 0.3.0 (requirements-nodeps.txt)")
     _assert_close(_run_stack(TORCHTITAN_RUN, round_trip["out"], tmp_path), round_trip["logits"])
+
+
+@pytest.mark.parametrize("round_trip", ["torchtitan"], indirect=True)
+def test_torchtitan_state_dict_adapter_agrees(round_trip, tmp_path):
+    """torchtitan's own HF converter (`Llama3StateDictAdapter.from_hf` / `to_hf`, the code behind its
+    convert_from_hf.py / convert_to_hf.py) gives exactly the tensors posenc wrote, and takes them back to HF's."""
+    _need("torchtitan.models", "torchtitan 0.3.0 (requirements-nodeps.txt)")
+    out = tmp_path / "adapter.json"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", TORCHTITAN_ADAPTER, str(round_trip["out"]),
+                           str(round_trip["src"] / "model.safetensors"), str(out)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(out.read_text()) == {"from_hf": [], "to_hf": [], "keys": 21}
 
 
 @pytest.mark.parametrize("round_trip", ["torchtitan"], indirect=True)
