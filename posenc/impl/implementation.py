@@ -263,7 +263,8 @@ class Implementation:
     # a FlexAttention score_mod ------------------------------------------------------------------------
     @classmethod
     def from_score_mod(cls, score_mod_or_factory: Callable, name: str, *, family: str = "alibi",
-                       factory: bool = False, version=None, **declarations) -> Implementation:
+                       factory: bool = False, form: str = "causal", version=None,
+                       **declarations) -> Implementation:
         """An `Implementation` of a bias family's bias and of `attention` from a PyTorch FlexAttention score_mod.
 
         `score_mod(score, b, h, q_idx, kv_idx)` is judged as the bias it adds (evaluated on score 0 over the
@@ -271,11 +272,12 @@ class Implementation:
         contract's `attention(bias=...)` (`posenc.impl.score_mod`). `family`: "alibi" (judged as
         `alibi_bias`) or "t5" (`t5_bias`). `factory=True`: `score_mod_or_factory` builds the score_mod from
         the case's arguments, `f(num_heads)` for ALiBi (attn-gym's `generate_alibi_bias`), `f(table,
-        bidirectional=, num_buckets=, max_distance=)` for T5. `version`, `declarations`: as `Implementation`.
+        bidirectional=, num_buckets=, max_distance=)` for T5. `form`: the ALiBi form it computes (attn-gym's
+        `(kv_idx - q_idx) * m` is "causal"). `version`, `declarations`: as `Implementation`.
         """
         from .score_mod import score_mod_functions
 
-        functions = score_mod_functions(score_mod_or_factory, family, factory=factory)
+        functions = score_mod_functions(score_mod_or_factory, family, factory=factory, form=form)
         label = getattr(score_mod_or_factory, "__qualname__", score_mod_or_factory)
         declarations.setdefault("description", f"FlexAttention score_mod {label!s} ({family})")
         return cls(name, "torch", functions, version=version, **declarations)

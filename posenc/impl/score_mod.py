@@ -23,17 +23,21 @@ one (`j <= i + k_len - q_len`), applied as `-inf` in the score_mod.
 The score_mod is given either directly (a fixed `score_mod` for one head count / table) or as a factory
 that builds one from the case's arguments: family "alibi": `factory(num_heads)` (attn-gym's
 `generate_alibi_bias(H)`); family "t5": `factory(table, bidirectional=, num_buckets=, max_distance=)`
-with `table` the case's `[num_buckets, heads]` bias table as a torch tensor.
+with `table` the case's `[num_buckets, heads]` bias table as a torch tensor. An ALiBi score_mod declares the
+form it computes (`form=`, the paper's "causal" `(kv_idx - q_idx) * m` by default): cases of another form
+are skips, as is a `max_bias` other than 8 unless the factory takes a `max_bias` keyword.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import numpy as np
 import torch
 
 from ..adapters import NotSupported, adapter
+from .implementation import accepts_keyword
 
 __all__ = ["SCORE_MOD_FAMILIES", "score_mod_functions", "evaluate_score_mod", "flex_attention_with"]
 
@@ -46,10 +50,11 @@ _TAG = "_posenc_score_mod"
 
 
 def _positions(ad, positions) -> torch.Tensor:
+    """Positions `[n]` or `[batch, n]` as the int64 tensor a score_mod's `q_idx` / `kv_idx` are."""
     p = np.asarray(ad.to_numpy(positions))
-    if p.ndim != 1:
-        raise NotSupported(f"a score_mod takes one q_idx / kv_idx per position; got positions of shape {p.shape} "
-                           "(batched positions are not a FlexAttention index)")
+    if p.ndim not in (1, 2):
+        raise NotSupported(f"a score_mod takes q_idx / kv_idx per position, [n] or [batch, n]; got positions of "
+                           f"shape {p.shape}")
     if p.dtype.kind not in "iu":
         raise NotSupported(f"a score_mod's q_idx / kv_idx are integer indices; got positions of dtype {p.dtype}")
     return torch.from_numpy(p.astype(np.int64))
@@ -57,14 +62,27 @@ def _positions(ad, positions) -> torch.Tensor:
 
 def evaluate_score_mod(score_mod: Callable, num_heads: int, q_positions: torch.Tensor, k_positions: torch.Tensor,
                        *, dtype=torch.float32) -> torch.Tensor:
-    """`score_mod(0, 0, h, q_positions[i], k_positions[j])` over `[heads, q, k]`, vmapped as flex calls it."""
+    """`score_mod(0, b, h, q_positions[b, i], k_positions[b, j])` over `[heads, q, k]` (`[batch, heads, q, k]`
+    for `[batch, n]` positions, b = 0 otherwise), vmapped over the indices as flex calls it, in `dtype`."""
     from torch.func import vmap
 
-    def at(h, i, j):
-        return score_mod(torch.zeros((), dtype=dtype), torch.zeros((), dtype=torch.int64), h, i, j)
+    if q_positions.dim() != k_positions.dim():
+        raise NotSupported(f"query positions {tuple(q_positions.shape)} and key positions {tuple(k_positions.shape)} "
+                           "must both be [n] or both [batch, n]")
+    zero = torch.zeros((), dtype=dtype)
 
-    fn = vmap(vmap(vmap(at, in_dims=(None, None, 0)), in_dims=(None, 0, None)), in_dims=(0, None, None))
-    return fn(torch.arange(num_heads), q_positions, k_positions)
+    def at(b, h, i, j):
+        return score_mod(zero, b, h, i, j)
+
+    over_hqk = vmap(vmap(vmap(at, in_dims=(None, None, None, 0)), in_dims=(None, None, 0, None)),
+                    in_dims=(None, 0, None, None))
+    heads = torch.arange(num_heads)
+    if q_positions.dim() == 1:
+        out = over_hqk(torch.zeros((), dtype=torch.int64), heads, q_positions, k_positions)
+    else:
+        out = vmap(over_hqk, in_dims=(0, None, 0, 0))(torch.arange(q_positions.shape[0]), heads, q_positions,
+                                                      k_positions)
+    return out.to(dtype)
 
 
 def _as_bhsd(t: torch.Tensor) -> tuple[torch.Tensor, tuple]:
@@ -99,7 +117,9 @@ def flex_attention_with(q, k, v, score_mod: Callable, *, causal=False, scale=Non
         score = score_mod(score, b, h, i, j)
         return torch.where(j <= i + offset, score, -float("inf")) if causal else score
 
-    out = flex_attention(qb, kb, torch.cat([vb, eye], dim=-1), score_mod=mod, scale=scale)
+    with warnings.catch_warnings():  # eager flex warns that it is the unfused debug path: that path is the point
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        out = flex_attention(qb, kb, torch.cat([vb, eye], dim=-1), score_mod=mod, scale=scale)
     out, weights = out[..., :dv], out[..., dv:]
     return out.reshape(*lead, q_len, dv), weights.reshape(*lead, q_len, k_len)
 
@@ -116,23 +136,43 @@ def _bias_score_mod(bias: torch.Tensor, batch_heads: tuple) -> Callable:
     return mod
 
 
-def score_mod_functions(score_mod_or_factory: Callable, family: str, *, factory: bool) -> dict:
-    """The contract functions `{<family's bias>: ..., "attention": ...}` of a score_mod (or factory)."""
+def score_mod_functions(score_mod_or_factory: Callable, family: str, *, factory: bool, form: str = "causal") -> dict:
+    """The contract functions `{<family's bias>: ..., "attention": ...}` of a score_mod (or factory).
+
+    `form`: the ALiBi form the score_mod computes (a score_mod has no form argument): cases of another form
+    are skips. attn-gym's `score + (kv_idx - q_idx) * m_h` is the paper's "causal" form.
+    """
+    from posenc_np.alibi import ALIBI_FORMS
+
     if family not in SCORE_MOD_FAMILIES:
         raise ValueError(f"family={family!r} is not one of {list(SCORE_MOD_FAMILIES)}")
+    if form not in ALIBI_FORMS:
+        raise ValueError(f"form={form!r} is not one of {list(ALIBI_FORMS)}")
     if not callable(score_mod_or_factory):
         raise TypeError(f"score_mod_or_factory={score_mod_or_factory!r} is not callable")
     ad = adapter("torch")
+    declared_form = form
 
     def tagged(mod, heads, q_positions, k_positions, dtype):
         q, k = _positions(ad, q_positions), _positions(ad, k_positions)
-        out = evaluate_score_mod(mod, heads, q, k, dtype=dtype)
+        # flex's working precision: float32 scores for every dtype below float64 (_math_attention_inner)
+        working = torch.float64 if dtype == torch.float64 else torch.float32
+        out = evaluate_score_mod(mod, heads, q, k, dtype=working).to(dtype)
         setattr(out, _TAG, (mod, q, k))
         return out
 
-    def alibi_bias(num_heads, q_positions, k_positions, *, dtype=None):
-        """The contract's `alibi_bias` as the score_mod's bias (the form is whatever the score_mod computes)."""
-        mod = score_mod_or_factory(int(num_heads)) if factory else score_mod_or_factory
+    def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bias=8.0, dtype=None):
+        """The contract's `alibi_bias` as the score_mod's bias, for the form it was declared to compute; a
+        `max_bias` other than 8 reaches a factory that takes a `max_bias` keyword, else the case is a skip."""
+        if form != declared_form:
+            raise NotSupported(f"the score_mod computes the {declared_form!r} ALiBi form, not {form!r}")
+        extra = {}
+        if float(max_bias) != 8.0:
+            if not (factory and accepts_keyword(score_mod_or_factory, "max_bias")):
+                raise NotSupported(f"the score_mod{' factory' if factory else ''} takes no max_bias "
+                                   f"(this case has max_bias={max_bias:g})")
+            extra["max_bias"] = max_bias
+        mod = score_mod_or_factory(int(num_heads), **extra) if factory else score_mod_or_factory
         return tagged(mod, int(num_heads), q_positions, k_positions, ad.dtype(dtype or "float32"))
 
     def t5_bias(table, q_positions, k_positions, *, bidirectional=True, num_buckets=32, max_distance=128):
@@ -145,17 +185,19 @@ def score_mod_functions(score_mod_or_factory: Callable, family: str, *, factory:
         """The contract's `attention` through one eager `flex_attention` call."""
         if bias is None:
             return flex_attention_with(q, k, v, lambda s, b, h, i, j: s, causal=causal, scale=scale)
+        qb, _ = _as_bhsd(q)
         found = getattr(bias, _TAG, None)
         if found is None:
-            qb, _ = _as_bhsd(q)
             return flex_attention_with(q, k, v, _bias_score_mod(bias, tuple(qb.shape[:2])), causal=causal,
                                        scale=scale)
         mod, q_pos, k_pos = found
-        qb, _ = _as_bhsd(q)
-        if qb.shape[1] != bias.shape[0]:
-            raise NotSupported(f"the score_mod's bias has {bias.shape[0]} heads, q has {qb.shape[1]}")
+        if qb.shape[1] != bias.shape[-3]:
+            raise NotSupported(f"the score_mod's bias has {bias.shape[-3]} heads, q has {qb.shape[1]}")
         # flex's indices are 0..q-1 / 0..k-1; the score_mod sees the case's positions behind them
-        return flex_attention_with(q, k, v, lambda s, b, h, i, j: mod(s, b, h, q_pos[i], k_pos[j]),
+        if q_pos.dim() == 1:
+            return flex_attention_with(q, k, v, lambda s, b, h, i, j: mod(s, b, h, q_pos[i], k_pos[j]),
+                                       causal=causal, scale=scale)
+        return flex_attention_with(q, k, v, lambda s, b, h, i, j: mod(s, b, h, q_pos[b, i], k_pos[b, j]),
                                    causal=causal, scale=scale)
 
     bias_fn = alibi_bias if family == "alibi" else t5_bias
