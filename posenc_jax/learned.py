@@ -9,6 +9,7 @@ from flax import nnx
 
 from posenc_np.backend import (
     LearnedConfig,
+    check_float_dtype,
     check_integer_positions,
     check_positions_in_table,
     check_positive_int,
@@ -65,6 +66,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     the table's dtype.
     """
     check_table("table", table.shape)
+    check_float_dtype("table", table.dtype, jnp.issubdtype(table.dtype, jnp.floating))
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
     compute = jnp.promote_types(table.dtype, jnp.float32)
@@ -81,6 +83,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     Separable gathers with the spec's per-axis weights (not the framework's image resize); prefix rows are
     copied. Sums in float32 at least; the result has the table's dtype.
     """
+    check_float_dtype("table", table.dtype, jnp.issubdtype(table.dtype, jnp.floating))
     prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)

@@ -8,6 +8,7 @@ import numpy as np
 
 from ._validate import (
     check_choice,
+    check_float_dtype,
     check_integer_positions,
     check_positions_in_table,
     check_positive_int,
@@ -229,6 +230,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     Raises:
         ValueError: `new_len < 1`, an unknown method, a table that is not 2-D, a bad `scale`,
             antialias with "nearest".
+        TypeError: an integer or bool table.
 
     Examples:
         >>> resize_table(np.arange(4.0)[:, None], 8)[:, 0]  # half-pixel centres, borders clamped
@@ -238,6 +240,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     """
     table = np.asarray(table)
     check_table("table", table.shape)
+    check_float_dtype("table", table.dtype)  # an integer table would be rounded back: backends could not agree
     if isinstance(new_len, (int, np.integer)) and not isinstance(new_len, bool) and new_len < 1:
         raise ValueError(f"new_len={new_len} must be >= 1")
     index, weight = resize_weights(table.shape[0], new_len, method=method, align_corners=align_corners,
@@ -328,6 +331,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     Raises:
         ValueError: a table whose row count is not `prefix_tokens + old_h * old_w`, a bad grid, scale or
             option (the message names the argument).
+        TypeError: an integer or bool table.
 
     Reference:
         PyTorch aten UpSample.h / cpu/UpSampleKernel.cpp; timm layers/pos_embed.py `resample_abs_pos_embed`;
@@ -340,6 +344,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
         array([0., 2., 3.])
     """
     table = np.asarray(table)
+    check_float_dtype("table", table.dtype)
     prefix, (old_h, old_w), (new_h, new_w), (ih, wh), (iw, ww) = resize_grid_weights(
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from posenc_np.backend import (
     LearnedConfig,
+    check_float_dtype,
     check_integer_positions,
     check_positions_in_table,
     check_positive_int,
@@ -64,6 +65,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     """
     table = as_tensor(table)
     check_table("table", table.shape)
+    check_float_dtype("table", table.dtype, table.dtype.is_floating)
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
     compute = tf.float64 if table.dtype == tf.float64 else tf.float32
@@ -81,6 +83,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     copied. Sums in float32 at least; the result has the table's dtype.
     """
     table = as_tensor(table)
+    check_float_dtype("table", table.dtype, table.dtype.is_floating)
     prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)

@@ -7,6 +7,7 @@ import torch
 
 from posenc_np.backend import (
     LearnedConfig,
+    check_float_dtype,
     check_integer_positions,
     check_positions_in_table,
     check_positive_int,
@@ -70,6 +71,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     table's dtype. Differentiable with respect to `table`.
     """
     check_table("table", table.shape)
+    check_float_dtype("table", table.dtype, table.is_floating_point())
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])  # `make` closes over ints only: it runs outside any trace
     compute = torch.promote_types(table.dtype, torch.float32)
@@ -86,6 +88,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     Separable gathers with the spec's per-axis weights (not `F.interpolate`); prefix rows are copied.
     Sums in float32 at least; the result has the table's dtype. Differentiable with respect to `table`.
     """
+    check_float_dtype("table", table.dtype, table.is_floating_point())
     prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)

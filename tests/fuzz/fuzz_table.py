@@ -289,8 +289,24 @@ def b_resize_table(draw):
     new_len = pick(draw, [1, 3, 8], 0, -1, 2.0, True)
     method = pick(draw, ["linear", "nearest", "cubic"], "bogus")
     return Call((table, new_len), dict(method=method, align_corners=pick(draw, [False, True], "yes", 1),
-                                       cubic_a=pick(draw, [-0.75, -0.5], float("nan"), "a")),
+                                       cubic_a=pick(draw, [-0.75, -0.5], float("nan"), "a"),
+                                       antialias=pick(draw, [False, True], "no"),
+                                       scale=pick(draw, [None, 0.6, 2.5], 0.0, float("inf"), "s")),
                 slack_ulps=64, note=f"table {tkind}")
+
+
+def b_resize_grid(draw):
+    old, new = draw(st.sampled_from([((2, 3), (4, 2)), ((3, 3), (2, 2)), ((1, 2), (3, 1))]))
+    prefix = draw(st.sampled_from([0, 1, 2]))
+    table, tkind = float_x(draw, (prefix + old[0] * old[1], 3), kinds=("ok", "ok", "nan", "int", "noncontig"))
+    if not isinstance(table, NonContiguous) and _bad_allowed(draw, 0.2):
+        table, tkind = table[1:], "rows"  # one row short of prefix + h * w
+    return Call((table, pick(draw, [old], (old[0], 0), (2.0, 3), "grid"), pick(draw, [new, new[0]], -1, (1, 2, 3))),
+                dict(method=pick(draw, ["linear", "nearest", "cubic"], "bogus"),
+                     align_corners=pick(draw, [False, True], "yes"), cubic_a=pick(draw, [-0.75, -0.5], float("nan")),
+                     antialias=pick(draw, [False, True], 1), scale=pick(draw, [None, 1.5, (0.7, 2.0)], -1.0, (1.0,)),
+                     prefix_tokens=pick(draw, [prefix], -1, 1.5)),
+                slack_ulps=128, note=f"table {tkind}")
 
 
 # --- entries: rotary ----------------------------------------------------------------------------------
@@ -880,7 +896,14 @@ def b_sinusoid_inv_freq(draw):
 def b_resize_weights(draw):
     return Call((pick(draw, [1, 4, 7], 0, 2.0), pick(draw, [1, 3, 8], -1)),
                 dict(method=pick(draw, ["linear", "nearest", "cubic"], "x"),
-                     align_corners=pick(draw, [False, True], "y")))
+                     align_corners=pick(draw, [False, True], "y"), antialias=pick(draw, [False, True], "n"),
+                     scale=pick(draw, [None, 0.5, 3.0], float("nan"))))
+
+
+def b_resize_grid_weights(draw):
+    return Call(((pick(draw, [5], 4, 6), 2), pick(draw, [(2, 2)], (0, 2)), pick(draw, [(3, 1), 2], (2,))),
+                dict(method=pick(draw, ["cubic", "linear"], "x"), antialias=pick(draw, [False, True], "n"),
+                     scale=pick(draw, [None, (1.5, 0.5)], (0.0, 1.0)), prefix_tokens=pick(draw, [1], -2)))
 
 
 def b_tolerance(draw):
@@ -917,6 +940,7 @@ CONFIG_FIELDS = ("model_type", "rope_scaling", "rope_parameters", "rope_theta", 
 
 ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("sinusoidal", b_sinusoidal), Entry("learned", b_learned), Entry("resize_table", b_resize_table),
+    Entry("resize_grid", b_resize_grid),
     Entry("rope_frequencies", b_rope_frequencies), Entry("rope_cos_sin", b_rope_cos_sin),
     Entry("apply_rope", b_apply_rope), Entry("rerotate", b_rerotate), Entry("rope_permutation", b_rope_permutation),
     Entry("permute_qk_rows", b_permute_qk_rows, also_names=("head_dim",)), Entry("scaling_from_hf_config", b_scaling_from_hf_config, also_names=CONFIG_FIELDS),
@@ -949,6 +973,7 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("CoPE", b_CoPE, spec_CoPE),
     # spec-only names: fuzzed in the spec alone (a result, or ValueError/TypeError naming an argument)
     Entry("sinusoid_inv_freq", b_sinusoid_inv_freq), Entry("resize_weights", b_resize_weights),
+    Entry("resize_grid_weights", b_resize_grid_weights),
     Entry("tolerance", b_tolerance), Entry("mrope_position_ids", b_mrope_position_ids),
     Entry("tmrope_position_ids", b_tmrope_position_ids),
     Entry("load_hf_config", b_load_hf_config, also_names=CONFIG_FIELDS),
