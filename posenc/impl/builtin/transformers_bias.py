@@ -221,9 +221,50 @@ def load() -> tuple[Implementation, ...]:
 #: how to install what this adapter runs (the ecosystem table's recipe)
 INSTALL = "`pip install transformers` (posenc's dev extra)"
 #: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
-FINDINGS = ()
+FINDINGS = (
+    {
+        "implementation": "transformers-falcon",
+        "title": "Falcon's build_alibi_tensor multiplies bf16 slopes by the key position in bf16",
+        "text": ("models/falcon build_alibi_tensor (L149-177) computes BLOOM's ALiBi but as "
+                 "`slopes[..., None].bfloat16() * arange_tensor`: each slope is rounded to bfloat16 and so is its "
+                 "product with the key position, before the cast to the model's dtype. With a float32 model the bias "
+                 "m_h * j is off by up to 13.3 logits at key positions below 3000 (12 heads; 4 with 8 heads), and "
+                 "the error is not constant along j, so softmax does not absorb it; BLOOM's own builder (float32) "
+                 "is exact to float32 rounding."),
+        "reproduction": 'import math\nimport torch\nfrom transformers.models.falcon.modeling_falcon import build_alibi_tensor\nH, L = 12, 3000\ngot = build_alibi_tensor(torch.ones(1, L, dtype=torch.int64), H, torch.float32)[:, 0, :].double()  # [H, L]\nc = 2 ** math.floor(math.log2(H))  # Press et al.\'s slopes, as BLOOM computes them\nslopes = [2 ** (-8 * (h + 1) / c) for h in range(c)] + [2 ** (-8 * (2 * i + 1) / (2 * c)) for i in range(H - c)]\nwant = torch.tensor(slopes, dtype=torch.float64)[:, None] * torch.arange(L, dtype=torch.float64)\nworst = float((got - want).abs().max())\nprint("max |falcon alibi - m_h * j| over 12 heads, j < 3000:", worst)  # 13.3 (bf16 slope times j, rounded to bf16)\n',
+        "still": "worst > 1.0",
+    },
+    {
+        "implementation": "transformers-t5-flex",
+        "title": "T5 with attn_implementation='flex_attention' fails at batch 2 or more",
+        "text": ("transformers 5.24 dispatches T5Attention through ALL_ATTENTION_FUNCTIONS with a separate "
+                 "position_bias; compute_bias returns it as [1, heads, q, k] and the flex interface's score_mod "
+                 "reads position_bias[batch_idx, head_idx, q_idx, kv_idx] (integrations/flex_attention.py L286-292). "
+                 "At batch 1 eager, sdpa and flex agree (7e-7); at batch 2 the compiled CPU kernel raises "
+                 "'index out of bounds: 0 <= tmp8 < 1' (related: pytorch #172225). A tiny random T5 encoder shows it; "
+                 "eager and sdpa run the same batch."),
+        "reproduction": 'import torch\nfrom transformers import T5Config, T5EncoderModel\ntorch.manual_seed(0)\ndef config(attn):\n    return T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, attn_implementation=attn)\neager = T5EncoderModel(config("eager")).eval()\nflex = T5EncoderModel(config("flex_attention")).eval()\nflex.load_state_dict(eager.state_dict())\nids = torch.randint(0, 32, (2, 8))  # batch 2\nwith torch.no_grad():\n    want = eager(input_ids=ids).last_hidden_state\n    try:\n        got = flex(input_ids=ids).last_hidden_state\n        error = None\n        print("flex - eager at batch 2:", float((got - want).abs().max()))\n    except RuntimeError as e:  # the [1, heads, q, k] position_bias indexed by batch in the compiled score_mod\n        error = str(e)\n        print("flex_attention at batch 2 raises:", error.splitlines()[0][-60:])\n',
+        "still": "error is not None and 'index out of bounds' in error",
+    },
+)
 
 #: the verdicts at the pinned version, as data: every float32 comparison that fails or errors,
 #: "implementation convention/case" -> diagnosis ("error": it raised);
 #: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
-EXPECTED = {}
+EXPECTED = {
+    # MPT adds the last query's row m_h (j - (L-1)) to every query (softmax-equal under a causal mask): the raw
+    # bias differs from the causal form by m_h (L-1 - i) on every other row
+    'transformers-mpt mpt-alibi/kv-offset': 'unknown',
+    'transformers-mpt mpt-alibi/max-bias-16-kv-offset': 'unknown',
+    'transformers-mpt mpt-alibi/max-bias-4': 'unknown',
+    'transformers-mpt mpt-alibi/short': 'unknown',
+    'transformers-mpt press-alibi/kv-offset': 'unknown',
+    'transformers-mpt press-alibi/kv-offset-long': 'unknown',
+    'transformers-mpt press-alibi/long': 'unknown',
+    'transformers-mpt press-alibi/past-256': 'unknown',
+    'transformers-mpt press-alibi/short': 'unknown',
+    # bf16 slopes times the key position, rounded to bf16 (finding above)
+    'transformers-falcon bloom-alibi/kv-offset': 'unknown',
+    'transformers-falcon bloom-alibi/left-pad': 'unknown',
+    'transformers-falcon bloom-alibi/short': 'unknown',
+}
