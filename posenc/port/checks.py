@@ -40,7 +40,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from posenc_np.learned import learned, resize_table
+from posenc_np.conventions import conventions
+from posenc_np.learned import learned, resize_grid, resize_table
 from posenc_np.mrope import mrope_position_ids
 from posenc_np.relative import relative_embeddings
 from posenc_np.rope import apply_rope, rope_frequencies
@@ -341,11 +342,45 @@ def _table_checks(entry, source, actual, rng, framework=None):
         out.append(_check("resize", f"{entry.target} (spec)", actual, resize_table(table, new, method=method),
                           tolerance("float64", exact=True), note=f"{old} -> {new} rows, {method}"))
         out.extend(framework_resize_checks(entry.target, table, actual, new, method))
+    if "resize_grid" in tags:
+        out.append(_grid_check(entry, source, actual))
     if tags.get("reversed"):
         out.extend(_relative_checks(entry, source, actual, framework))
     if "t5" in tags:
         out.extend(_t5_checks(entry, source, actual, framework))
     return out
+
+
+def _grid_check(entry, source, actual):
+    """The resized ViT grid against `resize_grid` under the chosen convention (exact), with what each other
+    convention would have written, as the largest difference in % of the source table's range."""
+    from .mapping import GRID_CONVENTIONS, grid_resize_arguments
+
+    old, new, prefix, convention = entry.tags["resize_grid"]
+    table = np.asarray(_before(entry, ("resize_grid",))(source), np.float64)
+    table = table.reshape(table.shape[-2:]) if table.ndim == 3 else table
+    got = np.asarray(actual, np.float64).reshape(-1, table.shape[-1])
+
+    def under(name):
+        grids = grid_resize_arguments(old, new, prefix, name)
+        return resize_grid(table, *grids[:2], **grids[2])
+
+    span = float(np.ptp(table[prefix:])) or 1.0
+    want = under(convention)
+    # the target holds the table in its dtype: rounding to it is the whole allowed error
+    tol = tolerance(str(np.asarray(actual).dtype), scale=float(np.abs(want).max())) \
+        if np.asarray(actual).dtype != np.float64 else tolerance("float64", exact=True)
+
+    def differs(name):
+        gap = float(np.abs(under(name) - want).max()) / span
+        return f"{name} {100 * gap:.2g}%" if gap > 1e-12 else f"{name} the same"
+
+    others = ", ".join(differs(name) for name in GRID_CONVENTIONS if name != convention)
+    params = conventions[convention].params
+    return _check("resize", f"{entry.target} (spec)", got, want, tol,
+                  note=f"{old[0]}x{old[1]} -> {new[0]}x{new[1]} grid, {prefix} prefix row(s), convention {convention} "
+                       f"({', '.join(f'{k}={v}' for k, v in params.items())}); the others would differ by {others} "
+                       "of the table's range")
 
 
 def _offset_check(entry, source, actual, rng):

@@ -14,7 +14,7 @@ from ..io import check_output
 from .core import port, report_text, write_json
 from .doctor import diagnose_paths
 from .hf_config import schedule_settings, sidecar_layers
-from .mapping import Rules
+from .mapping import GRID_CONVENTIONS, Rules
 from .preset import rope_sidecar
 from .presets import PRESETS, PresetOptions, get_preset
 
@@ -38,6 +38,14 @@ def _positive(value):
     return number
 
 
+def _resize_target(value):
+    """`LEN` (a table's rows) or `HxW` (a ViT grid's rows and columns)."""
+    if "x" in value:
+        h, w = value.split("x", 1)
+        return _positive(h), _positive(w)
+    return _positive(value)
+
+
 def rules_from_args(args) -> Rules:
     """The conversion options of `posenc port` as `Rules`."""
     splits = []
@@ -53,7 +61,8 @@ def rules_from_args(args) -> Rules:
                  transpose=list(args.transpose or ()) + list(args.t5_bias or ()), split=splits,
                  strip=[_pair(v, "--strip-offset", _positive) for v in args.strip_offset or ()],
                  pad=[_pair(v, "--add-offset", _positive) for v in args.add_offset or ()],
-                 resize=[(*_pair(v, "--resize", _positive), args.resize_method) for v in args.resize or ()],
+                 resize=[(*_pair(v, "--resize", _resize_target), args.resize_method) for v in args.resize or ()],
+                 prefix_tokens=args.prefix_tokens,
                  reverse=list(args.reverse or ()), rope_q=list(args.rope_q or ()), rope_k=list(args.rope_k or ()),
                  heads=args.heads, kv_heads=args.kv_heads, rope_from=args.rope_from, rope_to=args.rope_to,
                  rotary_dim=args.rotary_dim,
@@ -158,7 +167,8 @@ def cmd_port(args) -> int:
                              f"{', --'.join(f.replace('_', '-') for f in conversion_flags)})")
         options = PresetOptions(heads=args.heads, kv_heads=args.kv_heads, rope_theta=args.rope_theta,
                                 rotary_dim=args.rotary_dim, rope_scaling=scaling,
-                                resize_positions=args.resize_positions, resize_method=args.resize_method,
+                                resize_positions=args.resize_positions,
+                                resize_method=args.resize_method or "linear",
                                 outtype=outtype)
         preset = get_preset(args.preset, open_reader(args.source), options)
         rules = preset.rules
@@ -249,10 +259,15 @@ def add_parser(subparsers) -> None:
                    help="drop the first N rows of a position table (RoBERTa/fairseq 2 -> 0-based)")
     g.add_argument("--add-offset", action="append", metavar="GLOB=N",
                    help="prepend N zero rows (0-based -> RoBERTa/fairseq)")
-    g.add_argument("--resize", action="append", metavar="GLOB=LEN", help="resize a position table to LEN rows")
+    g.add_argument("--resize", action="append", metavar="GLOB=LEN|HxW",
+                   help="resize a position table to LEN rows, or a ViT position grid to H x W patches")
     g.add_argument("--resize-positions", type=int, metavar="LEN",
                    help="(BERT presets) resize embeddings.position_embeddings to LEN rows")
-    g.add_argument("--resize-method", choices=("linear", "nearest", "cubic"), default="linear")
+    g.add_argument("--resize-method", choices=("linear", "nearest", "cubic", *GRID_CONVENTIONS), default=None,
+                   help="a table's kernel (linear, nearest, cubic; default linear), or a grid's convention: "
+                        f"{', '.join(GRID_CONVENTIONS)} (default timm)")
+    g.add_argument("--prefix-tokens", type=int, metavar="N",
+                   help="(grids) rows before the grid: CLS, registers (default: the rows past the largest square)")
     g.add_argument("--reverse", action="append", metavar="GLOB",
                    help="reverse the rows of a relative table (HF BERT relative_key <-> Shaw)")
     g.add_argument("--t5-bias", action="append", metavar="GLOB",

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from posenc_np.learned import resize_table
+from posenc_np.conventions import conventions
+from posenc_np.learned import resize_grid, resize_table
 from posenc_np.mla import mla_rope_permutation
 from posenc_np.rope import ROPE_LAYOUTS, permute_qk_rows
 
@@ -57,6 +58,47 @@ def _fill(template: str, groups) -> str:
     return "".join(p + (groups[i] if i < stars else "") for i, p in enumerate(parts))
 
 
+TABLE_METHODS = ("linear", "nearest", "cubic")
+#: the ViT grid-resize conventions `--resize GLOB=HxW --resize-method NAME` takes (posenc_np.conventions)
+GRID_CONVENTIONS = ("timm", "hf-vit", "dinov2", "dinov2-reg", "open-clip", "siglip2")
+
+
+def grid_resize_arguments(old_grid, new_grid, prefix, convention):
+    """`(old_grid, new_grid)` and the keywords of `resize_grid` under a named convention (DINOv2's
+    `interpolate_offset` becomes its scale-factor grid `(new + offset) / old`)."""
+    params = dict(conventions[convention].params)
+    offset = conventions[convention].extra.get("interpolate_offset")
+    scale = None if offset is None else tuple((n + offset) / o for n, o in zip(new_grid, old_grid, strict=True))
+    return old_grid, new_grid, dict(params, scale=scale, prefix_tokens=prefix)
+
+
+def _resize_grid_op(entry, name, new_grid, convention, prefix):
+    """The `resize_grid` op of a ViT position table `[prefix + h * w, dim]` (`[1, rows, dim]` tables, as timm and
+    HF store them, are read as their 2-D rows)."""
+    import math
+
+    if convention not in GRID_CONVENTIONS:
+        raise UsageError(f"--resize {name}={new_grid[0]}x{new_grid[1]} is a grid: --resize-method is one of "
+                         f"{', '.join(GRID_CONVENTIONS)}, not {convention!r}")
+    shape = entry.shape[1:] if len(entry.shape) == 3 and entry.shape[0] == 1 else entry.shape
+    if len(shape) != 2:
+        raise UsageError(f"--resize of {name!r} with shape {entry.shape}: a position grid is [rows, dim]")
+    rows = shape[0]
+    side = math.isqrt(rows)
+    prefix = rows - side * side if prefix is None else prefix
+    grid = math.isqrt(rows - prefix) if 0 <= prefix < rows else 0
+    if grid * grid != rows - prefix or grid == 0:
+        raise UsageError(f"--resize of {name!r}: {rows} rows minus {prefix} prefix rows is not a square grid "
+                         "(give --prefix-tokens)")
+    batched = len(entry.shape) == 3
+    if batched:
+        entry.ops.append(Op("reshape", tuple(shape)))
+    entry.ops.append(Op("resize_grid", ((grid, grid), tuple(new_grid), prefix, convention)))
+    if batched:
+        entry.ops.append(Op("reshape", (1, prefix + new_grid[0] * new_grid[1], shape[1])))
+    entry.tags["resize_grid"] = ((grid, grid), tuple(new_grid), prefix, convention)
+
+
 @dataclass(frozen=True)
 class Op:
     """One conversion: `kind` and its parameters; `shape()` and `apply()` agree by construction."""
@@ -74,6 +116,9 @@ class Op:
             return (shape[0] + p[0], *shape[1:])
         if k == "resize":
             return (p[0], *shape[1:])
+        if k == "resize_grid":
+            old, new, prefix, _ = p
+            return (prefix + new[0] * new[1], *shape[1:])
         if k == "transpose":
             return tuple(reversed(shape))
         if k == "reshape":
@@ -95,6 +140,9 @@ class Op:
             return np.concatenate([np.zeros((p[0], *array.shape[1:]), array.dtype), array])
         if k == "resize":
             return resize_table(array, p[0], method=p[1])
+        if k == "resize_grid":
+            old, new, keywords = grid_resize_arguments(*p)
+            return resize_grid(array, old, new, **keywords).astype(array.dtype)
         if k == "reverse":
             return array[::-1]
         if k == "rope":
@@ -186,7 +234,8 @@ class Rules:
     split: list = field(default_factory=list)       # (glob, [template, ...], [rows, ...], [role, ...])
     strip: list = field(default_factory=list)       # (glob, n)
     pad: list = field(default_factory=list)         # (glob, n)
-    resize: list = field(default_factory=list)      # (glob, new_len, method)
+    resize: list = field(default_factory=list)      # (glob, new_len or (h, w), method or grid convention)
+    prefix_tokens: int | None = None                # rows before a resized grid (None: inferred)
     reverse: list = field(default_factory=list)     # glob
     rope_q: list = field(default_factory=list)      # glob (rows of q heads)
     rope_k: list = field(default_factory=list)      # glob (rows of k / kv heads)
@@ -371,8 +420,15 @@ def _convert(entry, rules, name, role):
             entry.tags["offset"] = -n
     for glob, new_len, method in rules.resize:
         if glob_match(name, glob):
+            if isinstance(new_len, tuple):
+                _resize_grid_op(entry, name, new_len, method or "timm", rules.prefix_tokens)
+                continue
             if len(entry.shape) != 2 or new_len < 1:
                 raise UsageError(f"--resize of {name!r} with shape {entry.shape}: needs a 2-D table and a length >= 1")
+            method = method or "linear"
+            if method not in TABLE_METHODS:
+                raise UsageError(f"--resize {glob}={new_len} is a table's length: --resize-method is one of "
+                                 f"{', '.join(TABLE_METHODS)}, not {method!r} (a grid is --resize GLOB=HxW)")
             entry.tags["resize"] = (entry.shape[0], new_len, method)
             entry.ops.append(Op("resize", (new_len, method)))
     if _matches(rules.reverse, name):
