@@ -272,6 +272,18 @@ def b_sinusoidal(draw):
                 angle=_max_abs(p), note=f"positions {kind}")
 
 
+def b_sinusoidal_2d(draw):
+    lead = draw(st.sampled_from([(0,), (1,), (5,), (2, 3)]))
+    p, kind = positions(draw, (*lead, pick(draw, [2], 3, 1)))  # (row, column); another last axis is an error
+    dim = pick(draw, [4, 8, 16, 132], 6, 2, 0, -4, 8.0, True)
+    return Call((p, dim), dict(base=pick(draw, [10000.0, 100.0], 0.0, float("inf")),
+                               axis_order=pick(draw, ["xy", "yx"], "hw"),
+                               blocks=pick(draw, ["per-axis", "sin-cos"], "bogus"),
+                               layout=pick(draw, ["concat", "concat-cos", "interleaved"], "bogus"),
+                               denominator=pick(draw, ["dim", "half-1"], "bogus"), dtype=out_dtype_kw(draw)),
+                angle=_max_abs(p), note=f"positions {kind}, shape {p.shape}")
+
+
 def b_learned(draw):
     rows, dim = draw(st.sampled_from([(4, 2), (6, 3), (1, 4)])), None
     rows, dim = rows
@@ -504,12 +516,14 @@ def _qk(draw, high=16):
 
 def b_alibi_slopes(draw):
     return Call((pick(draw, [1, 3, 8, 12], 0, -2, 4.0, True),),
+                dict(max_bias=pick(draw, [8.0, 4.0, 16.0, 0.5], 0.0, -1.0, float("nan"), "8")),
                 backend_kwargs=dict(dtype=draw(st.sampled_from([None, "float32", "float16", "bfloat16"]))))
 
 
 def b_alibi_bias(draw):
     q, k, note = _qk(draw)
     return Call((pick(draw, [1, 3, 8], 0, 2.5), q, k), dict(form=pick(draw, ["symmetric", "causal", "bloom"], "x"),
+                                                            max_bias=pick(draw, [8.0, 4.0, 16.0], 0.0, float("inf")),
                                                             dtype=out_dtype_kw(draw)), note=note)
 
 
@@ -939,7 +953,7 @@ CONFIG_FIELDS = ("model_type", "rope_scaling", "rope_parameters", "rope_theta", 
                  "no_rope_layers", "max_position_embeddings", "rotary_dim", "scaling", "base", "layout")
 
 ENTRIES: dict[str, Entry] = {e.name: e for e in [
-    Entry("sinusoidal", b_sinusoidal), Entry("learned", b_learned), Entry("resize_table", b_resize_table),
+    Entry("sinusoidal", b_sinusoidal), Entry("sinusoidal_2d", b_sinusoidal_2d), Entry("learned", b_learned), Entry("resize_table", b_resize_table),
     Entry("resize_grid", b_resize_grid),
     Entry("rope_frequencies", b_rope_frequencies), Entry("rope_cos_sin", b_rope_cos_sin),
     Entry("apply_rope", b_apply_rope), Entry("rerotate", b_rerotate), Entry("rope_permutation", b_rope_permutation),
