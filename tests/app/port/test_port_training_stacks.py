@@ -733,3 +733,21 @@ def test_flags_that_would_override_the_config_are_refused(hf, tmp_path, capsys):
     capsys.readouterr()
     assert cli("port", hf[0], tmp_path / "tt", "--preset", "hf-llama-to-torchtitan", "--rope-theta", "10000") == 2
     assert "--rope-theta" in capsys.readouterr().err and not (tmp_path / "tt").exists()
+
+
+@pytest.mark.parametrize("round_trip", ["torchtitan"], indirect=True)
+def test_a_training_step_directory_is_read_for_its_model(round_trip, tmp_path):
+    """A torchtitan `step-N/` holds optimizer state and `train_state` (bytes) beside the model: only the model's
+    tensors are read, and the job config is found in the parent folder."""
+    from posenc.formats import write_checkpoint
+
+    stored = _tensors(round_trip["out"])
+    entries = [(n, a.shape, a.dtype.name, lambda a=a: a) for n, a in stored.items()]
+    moment = np.ones((4,), np.float32)
+    entries.append(("optimizer.state.layers.0.attention.wo.weight.exp_avg", (4,), "float32", lambda: moment))
+    step = tmp_path / "checkpoint" / "step-10"
+    write_checkpoint(step, "dcp", entries, {"objects": {"train_state": {"step": 10}}})
+    (tmp_path / "checkpoint" / "job_config.json").write_text((round_trip["out"] / "job_config.json").read_text())
+    assert cli("port", step, tmp_path / "back", "--preset", "torchtitan-to-hf-llama") == 0
+    a, b = _tensors(round_trip["src"]), _tensors(tmp_path / "back")
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[n], b[n]) for n in a)
