@@ -30,6 +30,7 @@ are skips, as is a `max_bias` other than 8 unless the factory takes a `max_bias`
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Callable
 
@@ -37,7 +38,6 @@ import numpy as np
 import torch
 
 from ..adapters import NotSupported, adapter
-from .implementation import accepts_keyword
 
 __all__ = ["SCORE_MOD_FAMILIES", "score_mod_functions", "evaluate_score_mod", "flex_attention_with"]
 
@@ -83,6 +83,15 @@ def evaluate_score_mod(score_mod: Callable, num_heads: int, q_positions: torch.T
         out = vmap(over_hqk, in_dims=(0, None, 0, 0))(torch.arange(q_positions.shape[0]), heads, q_positions,
                                                       k_positions)
     return out.to(dtype)
+
+
+def _takes_keyword(fn: Callable, keyword: str) -> bool:
+    """Whether `fn` takes `keyword` by name or through `**kwargs` (a signature that cannot be read: no)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _as_bhsd(t: torch.Tensor) -> tuple[torch.Tensor, tuple]:
@@ -168,7 +177,7 @@ def score_mod_functions(score_mod_or_factory: Callable, family: str, *, factory:
             raise NotSupported(f"the score_mod computes the {declared_form!r} ALiBi form, not {form!r}")
         extra = {}
         if float(max_bias) != 8.0:
-            if not (factory and accepts_keyword(score_mod_or_factory, "max_bias")):
+            if not (factory and _takes_keyword(score_mod_or_factory, "max_bias")):
                 raise NotSupported(f"the score_mod{' factory' if factory else ''} takes no max_bias "
                                    f"(this case has max_bias={max_bias:g})")
             extra["max_bias"] = max_bias
