@@ -116,16 +116,13 @@ def test_a_resize_with_one_kernel_setting_changed_is_named(setting, value, case,
 
 
 def test_a_resize_with_antialias_or_the_scale_factor_grid_is_named():
-    import inspect
-
-    if "antialias" not in inspect.signature(posenc_np.resize_table).parameters:
-        pytest.skip("the spec's resize_table has no antialias / scale keywords yet")
-
     def antialiased(table, new_len, **kw):
         return posenc_np.resize_table(table, new_len, **{**kw, "antialias": True})
 
     def scale_grid(table, new_len, **kw):
-        return posenc_np.resize_table(table, new_len, **{**kw, "scale": new_len / np.shape(table)[0]})
+        """Original DINOv2: F.interpolate(scale_factor=(new + 0.1) / old) (a scale of exactly new / old is the
+        size grid itself)."""
+        return posenc_np.resize_table(table, new_len, **{**kw, "scale": (new_len + 0.1) / np.shape(table)[0]})
 
     assert only(diagnoses({"resize_table": antialiased}, ["resize/linear/64->24"])) == ("fail", "antialias")
     assert only(diagnoses({"resize_table": scale_grid}, ["resize/cubic/64->24"])) == ("fail", "resize-grid")
