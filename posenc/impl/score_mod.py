@@ -11,7 +11,10 @@ on score 0 over the case's position grid gives the bias itself:
 
     bias[h, i, j] = score_mod(0, 0, h, q_positions[i], k_positions[j])
 
-which is judged as the contract's `alibi_bias [heads, q, k]` or `t5_bias [heads, q, k]`. The positions
+(`[batch, n]` positions: `bias[b, h, i, j]` with each row's own `b`), formed in flex's working precision
+(float32 scores for every input dtype below float64: torch/_higher_order_ops/flex_attention.py
+`_math_attention_inner`, torch 2.13) and cast to the case's dtype. It is judged as the contract's
+`alibi_bias [heads, q, k]` or `t5_bias [heads, q, k]`. The positions
 are passed as `q_idx`/`kv_idx`, as a model with a KV cache offsets them (attn-gym's score_mods read
 `q_idx - kv_idx`). The bias is also run through `flex_attention` itself: the contract's `attention(q, k,
 v, bias=, causal=, scale=)` returns `(out, weights)`; when `bias` is one this module evaluated, the
