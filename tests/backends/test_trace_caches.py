@@ -152,6 +152,18 @@ def test_resize_table_first_seen_under_jit(backend):
          lambda args, want: tolerance(args[0].dtype, scale=2 * float(np.abs(want).max())))
 
 
+def test_resize_grid_first_seen_under_jit(backend):
+    """Per-axis resize weights (antialiased, scale-factor grid) first built in a trace."""
+    new = (3 + next(_FRESH), 5)
+    resize_grid = backend.module.resize_grid
+    keywords = dict(method="cubic", cubic_a=-0.5, antialias=True, scale=(new[0] / 6.5, new[1] / 4.2), prefix_tokens=1)
+    fn = lambda t: resize_grid(t, (6, 4), new, **keywords)  # noqa: E731
+    table = np.random.default_rng(0).standard_normal((1 + 6 * 4, 4))
+    calls = [(table.astype(np.float32),), (table.astype(np.float32)[:, :3],), (_cast(table, "bfloat16"),)]
+    _run(backend, fn, calls, lambda t: pn.resize_grid(t.astype(np.float64), (6, 4), new, **keywords),
+         lambda args, want: tolerance(args[0].dtype, scale=2 * float(np.abs(want).max())))
+
+
 def test_alibi_and_t5_first_seen_under_jit(backend):
     """ALiBi slopes (per head count) and T5 bucket thresholds (per max_distance) first built in a trace."""
     heads, max_distance = 3 + next(_FRESH), 50 + next(_FRESH)
