@@ -230,9 +230,49 @@ def _accepts(encoding, keyword) -> bool:
         return False
 
 
-def _geometric_slopes(heads: int) -> np.ndarray:
-    """`2^(-8 (h + 1) / H)` for every head count H: Press et al.'s rule only when H is a power of two."""
-    return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+def _geometric_slopes(heads: int, max_bias: float = 8.0) -> np.ndarray:
+    """`2^(-max_bias (h + 1) / H)` for every head count H (attention-gym `attn_gym/mods/alibi.py` L17-20, Replit):
+    Press et al.'s rule only when H is a power of two."""
+    return 2.0 ** (-float(max_bias) * np.arange(1, heads + 1) / heads)
+
+
+#: `max_bias` values tried for `slopes` besides the case's own: Press's 8 (MPT's `alibi_bias_max`, keras-hub,
+#: GGUF `max_alibi_bias` default) and the other powers of two models ship.
+OTHER_MAX_BIASES = (8.0, 16.0, 4.0)
+
+
+def _slopes_variants(encoding, fn, args, kw):
+    """`slopes`: the geometric slopes at the case's `max_bias`, then Press's rule at another `max_bias`."""
+    heads = int(args[0])
+    max_bias = float(kw.get("max_bias", 8.0))
+    press = np.asarray(_press_slopes(heads, kw), np.float64)
+    geometric = _geometric_slopes(heads, max_bias)
+    if not np.allclose(geometric, press, rtol=1e-12):
+        def with_slopes(slopes=geometric):
+            if encoding == "alibi_slopes":
+                return slopes
+            return np.asarray(fn(*args, **kw), np.float64) / press[:, None, None] * slopes[:, None, None]
+        yield ("slopes", f"your outputs equal the spec with the geometric slopes 2^(-{max_bias:g}(h+1)/{heads}) "
+                         f"(Press et al.'s rule for a power of two, used for {heads} heads)", with_slopes)
+    if not _accepts(encoding, "max_bias"):
+        return
+    for other in OTHER_MAX_BIASES:
+        if other != max_bias:
+            yield ("slopes", f"your outputs equal the spec with max_bias={other:g} (the case's is {max_bias:g}: "
+                             "MPT's alibi_bias_max, GGUF's max_alibi_bias)",
+                   lambda o=other: fn(*args, **{**kw, "max_bias": o}))
+
+
+def _grid_order_variants(fn, args, kw):
+    """`sinusoid-layout` of a 2-D table: the other axis order, block order, or both (MAE/DiT/diffusers write
+    "xy" "per-axis", timm `build_sincos2d_pos_embed` "yx" "sin-cos")."""
+    order, blocks = kw.get("axis_order", "xy"), kw.get("blocks", "per-axis")
+    other_order = "yx" if order == "xy" else "xy"
+    other_blocks = "sin-cos" if blocks == "per-axis" else "per-axis"
+    for o, b in ((other_order, blocks), (order, other_blocks), (other_order, other_blocks)):
+        yield ("sinusoid-layout", f"your outputs equal the spec with axis_order={o!r}, blocks={b!r} (the case's "
+                                  f"are {order!r}, {blocks!r})",
+               lambda o=o, b=b: fn(*args, **{**kw, "axis_order": o, "blocks": b}))
 
 
 def _family_variants(encoding, fn, args, kwargs):
@@ -246,21 +286,14 @@ def _family_variants(encoding, fn, args, kwargs):
                 yield ("sinusoid-layout", f"your outputs equal the spec with layout={other!r} (sin/cos channels "
                                           f"ordered differently from {layout!r})",
                        lambda o=other: fn(*args, **{**kw, "layout": o}))
+        if encoding == "sinusoidal_2d":
+            yield from _grid_order_variants(fn, args, kw)
         other = "half-1" if kw.get("denominator", "dim") == "dim" else "dim"
         yield ("denominator", f"your outputs equal the spec with denominator={other!r} (frequencies "
                               + ("base^(-i/(dim/2-1)), tensor2tensor's" if other == "half-1" else "base^(-2i/dim)")
                               + ")", lambda: fn(*args, **{**kw, "denominator": other}))
     if encoding in ("alibi_slopes", "alibi_bias"):
-        heads = int(args[0])
-        press = np.asarray(fn(heads) if encoding == "alibi_slopes" else _press_slopes(heads, kw), np.float64)
-        geometric = _geometric_slopes(heads)
-        if not np.allclose(geometric, press, rtol=1e-12):
-            def with_slopes(slopes=geometric):
-                if encoding == "alibi_slopes":
-                    return slopes
-                return np.asarray(fn(*args, **kw), np.float64) / press[:, None, None] * slopes[:, None, None]
-            yield ("slopes", f"your outputs equal the spec with the geometric slopes 2^(-8(h+1)/{heads}) (Press "
-                             f"et al.'s rule for a power of two, used for {heads} heads)", with_slopes)
+        yield from _slopes_variants(encoding, fn, args, kw)
         if encoding == "alibi_bias":
             form = kw.get("form", "symmetric")
             for other in ALIBI_FORMS:
@@ -394,8 +427,26 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
             return Diagnosis("angle-precision", "your outputs are within a float32-angle bound "
                                                 f"({loose.atol:.3g}) of the spec: angles formed in a lower "
                                                 "precision, the error grows with the position")
-    found = _angles_in_dtype(actual, desired, tol, encoding=encoding, args=args, kwargs=kwargs, dtype=dtype)
+    found = (_angles_in_dtype(actual, desired, tol, encoding=encoding, args=args, kwargs=kwargs, dtype=dtype)
+             or _sinusoid_angles_in_float32(actual, desired, tol, encoding=encoding, args=args))
     return found or Diagnosis("unknown", "your outputs match none of the known mismatches")
+
+
+def _sinusoid_angles_in_float32(actual, desired, tol, *, encoding, args) -> Diagnosis | None:
+    """`angle-precision` for a sinusoid whose float32 angles carry more than one product's rounding (frequencies
+    from an exp/log, a linspace): within `ANGLE_PRECISION_FACTOR` times the float32 angle term `2 u t_max`."""
+    if encoding not in ("sinusoidal", "sinusoidal_2d") or not np.size(args[0]):
+        return None
+    t_max = float(np.abs(np.asarray(args[0], np.float64)).max())  # the highest frequency is 1 rad per position
+    scale = float(np.abs(desired).max()) if desired.size else 1.0
+    loose = Tolerance(tol.atol + ANGLE_PRECISION_FACTOR * 2 * 2.0**-24 * t_max * scale,
+                      "float32 angles x " + str(ANGLE_PRECISION_FACTOR))
+    if 0 < t_max and ANGLE_PRECISION_FACTOR * 2 * 2.0**-24 * t_max < 1.0 and _equals(actual, desired, loose):
+        return Diagnosis("angle-precision", f"your outputs are within {loose.atol:.3g} of the spec, "
+                                            f"{ANGLE_PRECISION_FACTOR:g} times the float32 angle bound: frequencies "
+                                            "formed with more rounding (an exp of a log, a linspace), the error "
+                                            "growing with the position")
+    return None
 
 
 def _angles_in_dtype(actual, desired, tol, *, encoding, args, kwargs, dtype) -> Diagnosis | None:

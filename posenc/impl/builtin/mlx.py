@@ -1,5 +1,6 @@
 """MLX's fused rotary kernel `mx.fast.rope` (mlx/fast.cpp, `rope(a, dims, *, traditional, base, scale,
-offset, freqs=None)`; checked on the mlx 0.32.4 CPU wheel, `mlx[cpu]`).
+offset, freqs=None)`; checked on the mlx 0.32.4 CPU wheel, `mlx[cpu]`), and the other families mlx.nn has:
+`SinusoidalPositionalEncoding` (`sinusoidal`) and `ALiBi.create_alibi_matrix` (`alibi_bias`, symmetric form).
 
 Mapping of the contract:
 
@@ -119,13 +120,58 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     return call_with_offsets(x, positions, rope, what="mx.fast.rope")
 
 
+_COS_FIRST = {"concat": False, "concat-cos": True}
+
+
+def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype=None):
+    """The contract's `sinusoidal` through `mlx.nn.SinusoidalPositionalEncoding(dim, min_freq=1 / base,
+    max_freq=1, scale=1, cos_first)`: frequencies `exp((1 - i / (dim/2 - 1)) ln(max) + ... )`, i.e.
+    `base^(-i / (dim/2 - 1))` (tensor2tensor's denominator), `[sin | cos]` or `[cos | sin]` (NumPy in and out)."""
+    import mlx.nn as nn
+
+    mx = _mx()
+    if layout not in _COS_FIRST or denominator != "half-1":
+        raise NotSupported(f"SinusoidalPositionalEncoding writes [sin | cos] or [cos | sin] halves with frequencies "
+                           f"base^(-i/(dim/2-1)); not layout={layout!r}, denominator={denominator!r}")
+    module = nn.SinusoidalPositionalEncoding(int(dim), min_freq=1.0 / float(base), max_freq=1.0, scale=1.0,
+                                             cos_first=_COS_FIRST[layout])
+    out = module(mx.array(np.asarray(positions, np.float32)))
+    return from_mlx(mx, out, np.dtype(np.float32) if dtype is None else _numpy_dtype(dtype))
+
+
+def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", dtype=None):
+    """The contract's `alibi_bias` through `mlx.nn.ALiBi.create_alibi_matrix(q_len, k_len, num_heads, offset)`:
+    `-|i - j| m_h` for queries `offset .. q_len - 1` against keys `0 .. k_len - 1` (NumPy in and out)."""
+    import mlx.nn as nn
+
+    mx = _mx()
+    q, k = np.asarray(q_positions), np.asarray(k_positions)
+    if form != "symmetric":
+        raise NotSupported(f"ALiBi.create_alibi_matrix computes the symmetric form -|i - j| m, not form={form!r}")
+    if q.ndim != 1 or k.ndim != 1 or not q.size or not k.size:
+        raise NotSupported("create_alibi_matrix takes one row of query and one row of key positions")
+    if not np.array_equal(k, np.arange(k.size)) or not np.array_equal(q, np.arange(q[0], q[0] + q.size)):
+        raise NotSupported("create_alibi_matrix takes keys 0 .. k-1 and consecutive queries from an offset")
+    mlx_dtype = mx.float32 if dtype is None else getattr(mx, str(dtype))
+    out = nn.ALiBi.create_alibi_matrix(int(q[-1]) + 1, k.size, int(num_heads), offset=int(q[0]), dtype=mlx_dtype)
+    return from_mlx(mx, out[0], np.dtype(np.float32) if dtype is None else _numpy_dtype(dtype))
+
+
+def _numpy_dtype(name):
+    from posenc_np.backend import numpy_dtype
+
+    return numpy_dtype(str(name))
+
+
 def load() -> Implementation:
     import importlib.metadata
 
     _mx()
-    return Implementation("mlx", "numpy", {"apply_rope": apply_rope}, version=importlib.metadata.version("mlx"),
-                          dtypes=MLX_DTYPES, angles="float32",
-                          description="mx.fast.rope (CPU fallback on this machine): offsets, base/scale/freqs")
+    return Implementation("mlx", "numpy", {"apply_rope": apply_rope, "sinusoidal": sinusoidal,
+                                           "alibi_bias": alibi_bias},
+                          version=importlib.metadata.version("mlx"), dtypes=MLX_DTYPES, angles="float32",
+                          description="mx.fast.rope (CPU fallback on this machine): offsets, base/scale/freqs; "
+                                      "nn.SinusoidalPositionalEncoding; nn.ALiBi.create_alibi_matrix")
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
@@ -137,4 +183,11 @@ FINDINGS = ()
 #: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
 #: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
 #: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
-EXPECTED = {}
+EXPECTED = {
+    # nn.SinusoidalPositionalEncoding forms its frequencies as exp(linspace of logs) in float32: a few ulps each,
+    # past the one-product angle bound from ~500 positions; at 2^20 past any bound a diagnosis can use
+    'mlx fairseq/long': 'unknown',
+    'mlx fairseq/per-row': 'angle-precision',
+    'mlx tensor2tensor/per-row': 'angle-precision',
+    'mlx whisper-encoder/encoder': 'angle-precision',
+}
