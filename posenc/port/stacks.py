@@ -116,11 +116,12 @@ class _Cache:
         return self.value
 
 
-def _view(reader, parts, dtypes=None) -> Reader:
-    """A Reader of canonical tensors: `parts` maps each name to `(stack key, shape, fn(stack array) -> array)`."""
+def _view(reader, parts) -> Reader:
+    """A Reader of canonical tensors: `parts` maps each name to `(stack key, shape, fn(stack array) -> array)`; each
+    keeps its stack tensor's dtype (the cuts, transposes and the query rescale round back to it)."""
     cache = _Cache(reader)
     shapes = {name: tuple(shape) for name, (_, shape, _) in parts.items()}
-    dtypes = dtypes or {name: reader.dtype(key) for name, (key, _, _) in parts.items()}
+    dtypes = {name: reader.dtype(key) for name, (key, _, _) in parts.items()}
 
     def get(name):
         key, shape, fn = parts[name]
@@ -132,8 +133,10 @@ def _view(reader, parts, dtypes=None) -> Reader:
 
 
 class StackLayout:
-    """One stack's layout. Subclasses set `dialect` (posenc.port.stack_config), `fmt` (posenc.formats) and
-    `config_name` (the config file written beside the tensors), and define `parts` and `pack_entries`."""
+    """One stack's layout for a model of `dims`. Subclasses set `dialect` (posenc.port.stack_config), `fmt`
+    (posenc.formats), `config_name` (the config file written beside the tensors), `name` (for messages) and
+    `MODEL_PREFIXES`, and define `keys`, `parts`, `stack_shapes` and `pack` (the base class has no layout of its
+    own: each of those raises NotImplementedError here)."""
 
     dialect = fmt = config_name = None
     name = None
@@ -168,6 +171,7 @@ class StackLayout:
         return _view(reader, parts)
 
     def stack_shapes(self) -> dict:
+        """role -> the shape the stack stores it in, for `dims` (checked against the checkpoint before reading)."""
         raise NotImplementedError
 
     #: name prefixes of the model's own tensors (other items: optimizer, schedulers, train state, are not read)
