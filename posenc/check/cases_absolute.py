@@ -125,6 +125,9 @@ _learned_case("bert", "kv-offset", 512, np.arange(500, 512)[None, :].repeat(2, 0
 _learned_case("roberta", "left-pad", 514,
               _left_padded_positions(np.array([[1, 1, 1, 5, 6, 7], [5, 6, 7, 8, 9, 10]]), padding_idx=1),
               "make_positions on a left-padded batch: pads row 1, tokens from row 2")
+# rows float16 cannot index (only even integers from 2048): a lookup that casts its positions to the model's dtype
+# reads the row beside (500..511 above does the same for bfloat16)
+_learned_case("bert", "past-2048", 4096, np.arange(2049, 2061), "rows 2049..2060 of a 4096-row table")
 
 
 def _resize_case(name, old_len, new_len, method, align_corners=False, cubic_a=-0.75, antialias=False, scale=None):

@@ -46,6 +46,8 @@ POSITIONS = {
     # short distances at positions bfloat16 cannot hold (4 apart from 512): a model that casts its positions
     # to its dtype before taking differences gets distances off by up to 4
     "past-256": (np.arange(1000, 1004), np.arange(990, 1004)),
+    # the same for float16, which holds only even integers from 2048 to 4096
+    "past-2048": (np.arange(3001, 3005), np.arange(2991, 3005)),
 }
 DESCRIPTIONS = {
     "short": "positions 0..7",
@@ -54,6 +56,7 @@ DESCRIPTIONS = {
     "left-pad": "[2, 8] positions, cumsum of a left-padded mask",
     "kv-offset-long": "queries 8188..8191 against keys 0..8191 step 512 (cache step, long)",
     "past-256": "queries 1000..1003 against keys 990..1003: short distances where bfloat16 rounds positions",
+    "past-2048": "queries 3001..3004 against keys 2991..3004: short distances where float16 rounds positions",
 }
 
 
@@ -215,7 +218,7 @@ _slopes_case("ggml-alibi", 12, 16.0)
 # --- T5 -----------------------------------------------------------------------------------------------
 
 T5_POSITIONS = {
-    **{name: POSITIONS[name] for name in ("short", "kv-offset", "left-pad", "past-256")},
+    **{name: POSITIONS[name] for name in ("short", "kv-offset", "left-pad", "past-256", "past-2048")},
     "long": (np.arange(1020, 1028), np.arange(0, 1100, 37)),  # distances beyond max_distance: last bucket
     "kv-offset-long": (np.arange(1020, 1024), np.arange(0, 1024, 31)),
 }

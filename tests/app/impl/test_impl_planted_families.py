@@ -161,3 +161,91 @@ def test_t5_positions_rounded_to_bfloat16_are_named_positions_rounded():
 
     got = diagnoses({"t5_bias": rounded}, ["t5/t5/past-256"], dtypes=("bfloat16",))
     assert only(got) == ("fail", "positions-rounded")
+
+
+def test_press_slopes_at_another_max_bias_are_named_slopes():
+    """MPT's alibi_bias_max ignored: Press's rule at 8 where the case says 16 (or the reverse)."""
+    def max_bias_8(num_heads, q_positions, k_positions, *, form="symmetric", max_bias=8.0, dtype=None):
+        return posenc_np.alibi_bias(num_heads, q_positions, k_positions, form=form, dtype=dtype)
+
+    cases = [c.id for c in all_cases() if c.encoding == "alibi_bias" and c.fn is None
+             and c.convention in ("mpt-alibi", "ggml-alibi")]
+    got = diagnoses({"alibi_bias": max_bias_8}, cases)
+    failed = {v for v in got.values() if v[0] == "fail"}
+    assert failed == {("fail", "slopes")}, got
+
+
+def test_a_timm_2d_table_for_maes_is_named_sinusoid_layout():
+    """timm's build_sincos2d_pos_embed ([sin h | sin w | cos h | cos w]) where MAE's [sin x | cos x | sin y | cos y]
+    is meant: axis order and block order both swapped."""
+    def timm_order(positions, dim, **kw):
+        return posenc_np.sinusoidal_2d(positions, dim, **{**kw, "axis_order": "yx", "blocks": "sin-cos"})
+
+    cases = [c.id for c in all_cases() if c.encoding == "sinusoidal_2d" and c.convention == "mae-2d"]
+    got = diagnoses({"sinusoidal_2d": timm_order}, cases)
+    assert {v for v in got.values()} == {("fail", "sinusoid-layout")}, got
+
+
+@pytest.mark.parametrize("setting, value, case, name", [
+    ("align_corners", True, "resize/hf-vit/7x7->10x10", "align-corners"),
+    ("cubic_a", -0.5, "resize/hf-vit/7x7->10x10", "cubic-a"),
+    # antialiasing only acts when downsampling (HF ViT's bicubic does not antialias)
+    ("antialias", True, "resize/hf-vit/6x6->4x4-no-prefix", "antialias"),
+])
+def test_a_grid_resize_with_one_kernel_setting_changed_is_named(setting, value, case, name):
+    def resize(table, old_grid, new_grid, **kw):
+        return posenc_np.resize_grid(table, old_grid, new_grid, **{**kw, setting: value})
+
+    got = diagnoses({"resize_grid": resize}, [case])
+    assert only(got) == ("fail", name)
+
+
+def test_a_grid_resized_by_scale_factor_is_named_resize_grid():
+    """Original DINOv2: F.interpolate(scale_factor=(new + 0.1) / old) where HF passes the size."""
+    def dinov2_original(table, old_grid, new_grid, **kw):
+        (oh, ow), (nh, nw) = old_grid, new_grid
+        return posenc_np.resize_grid(table, old_grid, new_grid, **{**kw, "scale": ((nh + 0.1) / oh, (nw + 0.1) / ow)})
+
+    got = diagnoses({"resize_grid": dinov2_original}, ["resize/hf-vit/7x7->10x10"])
+    assert only(got) == ("fail", "resize-grid")
+
+
+def cast_positions(p, dtype):
+    """Integer positions through the compute dtype and back, as a model that casts them first computes."""
+    from posenc_np.backend import numpy_dtype
+
+    p = np.asarray(p)
+    return p.astype(np.float64).astype(numpy_dtype(dtype)).astype(np.float64).astype(p.dtype)
+
+
+@pytest.mark.parametrize("dtype, case", [("bfloat16", "learned/bert/past-2048"), ("float16", "learned/bert/past-2048")])
+def test_a_learned_lookup_at_rounded_positions_is_named_positions_rounded(dtype, case):
+    """(past-2048 for both: bfloat16 rounds 511 of the 512-row BERT cases to 512, out of the table.)"""
+    def rounded(table, positions):
+        return posenc_np.learned(table, cast_positions(positions, dtype))
+
+    assert only(diagnoses({"learned": rounded}, [case], dtypes=(dtype,))) == ("fail", "positions-rounded")
+
+
+@pytest.mark.parametrize("encoding, case", [("alibi_bias", "alibi/press-alibi/past-2048"),
+                                            ("t5_bias", "t5/t5/past-2048")])
+def test_float16_positions_past_2048_are_named_positions_rounded(encoding, case):
+    def alibi(num_heads, q, k, **kw):
+        return posenc_np.alibi_bias(num_heads, cast_positions(q, "float16"), cast_positions(k, "float16"), **kw)
+
+    def t5(table, q, k, **kw):
+        return posenc_np.t5_bias(table, cast_positions(q, "float16"), cast_positions(k, "float16"), **kw)
+
+    fn = alibi if encoding == "alibi_bias" else t5
+    assert only(diagnoses({encoding: fn}, [case], dtypes=("float16",))) == ("fail", "positions-rounded")
+
+
+def test_a_2d_sincos_at_bfloat16_positions_is_named_positions_rounded():
+    def rounded(positions, dim, **kw):
+        from posenc_np.backend import numpy_dtype
+
+        p = np.asarray(positions).astype(np.float64).astype(numpy_dtype("bfloat16")).astype(np.float64)
+        return posenc_np.sinusoidal_2d(p, dim, **kw)
+
+    got = diagnoses({"sinusoidal_2d": rounded}, ["sinusoidal/mae-2d/long"], dtypes=("bfloat16",))
+    assert only(got) == ("fail", "positions-rounded")
