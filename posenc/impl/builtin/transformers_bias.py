@@ -255,13 +255,12 @@ EXPECTED = {
     # MPT adds the last query's row m_h (j - (L-1)) to every query (softmax-equal under a causal mask): the raw
     # bias differs from the causal form by m_h (L-1 - i) on every other row
     'transformers-mpt mpt-alibi/kv-offset': 'unknown',
-    'transformers-mpt mpt-alibi/max-bias-16-kv-offset': 'unknown',
     'transformers-mpt mpt-alibi/max-bias-4': 'unknown',
-    'transformers-mpt mpt-alibi/short': 'unknown',
     'transformers-mpt press-alibi/kv-offset': 'unknown',
     'transformers-mpt press-alibi/kv-offset-long': 'unknown',
     'transformers-mpt press-alibi/long': 'unknown',
     'transformers-mpt press-alibi/past-256': 'unknown',
+    'transformers-mpt press-alibi/past-2048': 'unknown',
     'transformers-mpt press-alibi/short': 'unknown',
     # bf16 slopes times the key position, rounded to bf16 (finding above)
     'transformers-falcon bloom-alibi/kv-offset': 'unknown',
