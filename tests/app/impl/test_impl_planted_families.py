@@ -249,3 +249,22 @@ def test_a_2d_sincos_at_bfloat16_positions_is_named_positions_rounded():
 
     got = diagnoses({"sinusoidal_2d": rounded}, ["sinusoidal/mae-2d/long"], dtypes=("bfloat16",))
     assert only(got) == ("fail", "positions-rounded")
+
+
+@pytest.mark.parametrize("form, case", [("causal", "alibi/alibi-symmetric/kv-offset"),
+                                        ("bloom", "alibi/press-alibi/kv-offset")])
+def test_every_other_alibi_form_is_named_alibi_form(form, case):
+    def one_form(num_heads, q_positions, k_positions, *, form_=form, dtype=None, **kw):
+        return posenc_np.alibi_bias(num_heads, q_positions, k_positions, **{**kw, "form": form_}, dtype=dtype)
+
+    assert only(diagnoses({"alibi_bias": one_form}, [case])) == ("fail", "alibi-form")
+
+
+def test_the_first_query_aligned_with_the_first_key_is_named_alibi_form():
+    """A cache step whose queries are placed from the first key (q - q[0] + k[0]), not ending at the last key."""
+    def first_aligned(num_heads, q_positions, k_positions, **kw):
+        q, k = np.asarray(q_positions), np.asarray(k_positions)
+        return posenc_np.alibi_bias(num_heads, q - q[0] + k[0], k, **kw)
+
+    got = diagnoses({"alibi_bias": first_aligned}, ["alibi/alibi-symmetric/kv-offset"])
+    assert only(got) == ("fail", "alibi-form")
