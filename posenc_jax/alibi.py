@@ -45,9 +45,9 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bia
 class ALiBi(nnx.Module):
     """ALiBi bias as an NNX module (no parameters): `ALiBi(num_heads, form=...)(q_positions, k_positions)`."""
 
-    def __init__(self, num_heads, *, form="symmetric", dtype=None):
-        ALiBiConfig(num_heads, form=form).bind(self)
+    def __init__(self, num_heads, *, form="symmetric", max_bias=8.0, dtype=None):
+        ALiBiConfig(num_heads, form=form, max_bias=max_bias).bind(self)
         self.dtype = resolve_dtype(dtype)
 
     def __call__(self, q_positions, k_positions):
-        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, dtype=self.dtype)
+        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, max_bias=self.max_bias, dtype=self.dtype)

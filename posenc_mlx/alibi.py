@@ -49,13 +49,13 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bia
 class ALiBi(nn.Module):
     """ALiBi bias as an `mlx.nn.Module` (no parameters): `ALiBi(num_heads, form=...)(q_positions, k_positions)`."""
 
-    def __init__(self, num_heads, *, form="symmetric", dtype=None):
+    def __init__(self, num_heads, *, form="symmetric", max_bias=8.0, dtype=None):
         super().__init__()
-        bind_config(ALiBiConfig(num_heads, form=form), self)
+        bind_config(ALiBiConfig(num_heads, form=form, max_bias=max_bias), self)
         object.__setattr__(self, "dtype", resolve_dtype(dtype))
 
     def __call__(self, q_positions, k_positions):
-        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, dtype=self.dtype)
+        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, max_bias=self.max_bias, dtype=self.dtype)
 
     def _extra_repr(self):
         return self.config.repr_args()

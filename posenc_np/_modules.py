@@ -202,13 +202,14 @@ class RotaryConfig(ModuleConfig):
 
 @dataclasses.dataclass(frozen=True)
 class ALiBiConfig(ModuleConfig):
-    """`ALiBi(num_heads, *, form)`; see `posenc_np.alibi_bias`. No weights."""
+    """`ALiBi(num_heads, *, form, max_bias)`; see `posenc_np.alibi_bias`. No weights."""
 
     num_heads: int
     form: str = "symmetric"
+    max_bias: float = 8.0
 
     def __post_init__(self):
-        self._set(num_heads=check_alibi_args(self.num_heads, self.form))
+        self._set(num_heads=check_alibi_args(self.num_heads, self.form, self.max_bias), max_bias=float(self.max_bias))
 
 
 @dataclasses.dataclass(frozen=True)

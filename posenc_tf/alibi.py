@@ -52,13 +52,13 @@ class ALiBi(keras.layers.Layer):
     layer's compute dtype at the end.
     """
 
-    def __init__(self, num_heads, *, form="symmetric", **kwargs):
+    def __init__(self, num_heads, *, form="symmetric", max_bias=8.0, **kwargs):
         super().__init__(**kwargs)
-        ALiBiConfig(num_heads, form=form).bind(self)
+        ALiBiConfig(num_heads, form=form, max_bias=max_bias).bind(self)
         self.built = True
 
     def call(self, q_positions, k_positions):
-        bias = alibi_bias(self.num_heads, q_positions, k_positions, form=self.form)
+        bias = alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, max_bias=self.max_bias)
         return tf.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, q_positions_shape, k_positions_shape):

@@ -54,13 +54,13 @@ class ALiBi(torch.nn.Module):
     cannot round them; the output dtype is the constructor's `dtype` (float32 by default).
     """
 
-    def __init__(self, num_heads, *, form="symmetric", dtype=None):
+    def __init__(self, num_heads, *, form="symmetric", max_bias=8.0, dtype=None):
         super().__init__()
-        ALiBiConfig(num_heads, form=form).bind(self)
+        ALiBiConfig(num_heads, form=form, max_bias=max_bias).bind(self)
         self.dtype = resolve_dtype(dtype)
 
     def forward(self, q_positions, k_positions):
-        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, dtype=self.dtype)
+        return alibi_bias(self.num_heads, q_positions, k_positions, form=self.form, max_bias=self.max_bias, dtype=self.dtype)
 
     def extra_repr(self):
         return self.config.repr_args()

@@ -814,7 +814,8 @@ def spec_RotaryEmbedding(backend, module, call):
 def b_ALiBi(draw):
     call = b_alibi_bias(draw)
     heads, q, k = call.args
-    return Call((q, k), ctor=((heads,), dict(form=call.kwargs["form"])), note=call.note)
+    return Call((q, k), ctor=((heads,), dict(form=call.kwargs["form"], max_bias=call.kwargs["max_bias"])),
+                note=call.note)
 
 
 def spec_ALiBi(backend, module, call):
