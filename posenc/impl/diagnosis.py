@@ -302,11 +302,12 @@ def _family_variants(encoding, fn, args, kwargs):
                            lambda o=other: fn(*args, **{**kw, "form": o}))
             q, k = np.asarray(args[1]), np.asarray(args[2])
             if q.ndim == 1 and k.ndim == 1 and q.size and k.size:
-                for where, moved in (("the last query with the last key", q - q[-1] + k[-1]),
-                                     ("the first query with the first key", q - q[0] + k[0]),
-                                     ("queries at 0 .. q-1", np.arange(q.size, dtype=q.dtype))):
+                for where, moved in (("the last query aligned with the last key", q - q[-1] + k[-1]),
+                                     ("the first query aligned with the first key", q - q[0] + k[0]),
+                                     ("the queries at 0 .. q-1 (their index in the chunk)",
+                                      np.arange(q.size, dtype=q.dtype))):
                     if not np.array_equal(moved, q):
-                        yield ("alibi-form", f"your outputs equal the spec with the queries aligned {where}",
+                        yield ("alibi-form", f"your outputs equal the spec with {where}",
                                lambda m=moved: fn(args[0], m, k, **kw))
     if encoding in ("t5_bias", "t5_bucket"):
         bidirectional = kw.get("bidirectional", True)
