@@ -127,9 +127,13 @@ class Adapter:
     framework: str = ""
     #: the distributions whose versions a report records
     distributions: tuple = ()
-    #: relative cost in a `posenc check` run, measured on a 2-core CPU (JAX's eager mode dispatches and
-    #: compiles every primitive per shape; TF's XLA compiles are cheap): balances the worker processes
+    #: relative cost in a `posenc check` run, measured on a 2-core CPU (the default run's comparison seconds:
+    #: torch 59 s, TF 50 s, JAX 29 s warm / 61 s with an empty compilation cache, ONNX 2 s, MLX 1 s;
+    #: docs/performance.md): balances the worker processes
     cost: float = 1.0
+    #: whether a second worker may take part of this backend's cases (its import and set-up are cheap next
+    #: to its comparisons; torch's and TF's graph tracing state is not worth building twice)
+    splittable: bool = False
 
     def available(self) -> bool:
         return importlib.util.find_spec(self.framework) is not None
@@ -306,7 +310,7 @@ def _map(fn, out):
 
 class NumpyAdapter(Adapter):
     name, package, framework = "numpy", "posenc_np", "numpy"
-    distributions, cost = ("numpy", "ml_dtypes"), 0.1
+    distributions, cost, splittable = ("numpy", "ml_dtypes"), 0.1, True
 
     def from_numpy(self, array):
         return array
@@ -447,7 +451,7 @@ class TorchAdapter(Adapter):
 
 class TFAdapter(Adapter):
     name, package, framework = "tf", "posenc_tf", "tensorflow"
-    distributions, cost = ("tensorflow-cpu", "tensorflow", "keras"), 0.8
+    distributions, cost = ("tensorflow-cpu", "tensorflow", "keras"), 0.85
 
     def from_numpy(self, array):
         import tensorflow as tf
@@ -533,7 +537,7 @@ class TFAdapter(Adapter):
 
 class JaxAdapter(Adapter):
     name, package, framework = "jax", "posenc_jax", "jax"
-    distributions, cost = ("jax", "jaxlib", "flax"), 1.4
+    distributions, cost, splittable = ("jax", "jaxlib", "flax"), 0.75, True
 
     def compile_cache_environ(self, directory):
         # JAX reads these at import: its persistent cache keeps every executable (its eager calls compile
@@ -611,7 +615,7 @@ class MlxAdapter(Adapter):
     device (the `mlx[cpu]` install); float64 exists there only (posenc_mlx keeps its float64 on the CPU)."""
 
     name, package, framework = "mlx", "posenc_mlx", "mlx"
-    distributions, cost = ("mlx", "mlx-cpu", "mlx-metal"), 0.6
+    distributions, cost, splittable = ("mlx", "mlx-cpu", "mlx-metal"), 0.03, True
 
     def _load(self):
         try:
@@ -687,7 +691,7 @@ class OnnxAdapter(NumpyAdapter):
     """
 
     name, package, framework = "onnx", "posenc.onnx.backend", "onnxruntime"
-    distributions, cost = ("onnx", "onnxruntime"), 0.3
+    distributions, cost, splittable = ("onnx", "onnxruntime"), 0.04, True
     #: the graphs read a cos/sin cache (ONNX Runtime's RotaryEmbedding refuses positions outside it)
     may_refuse = True
 

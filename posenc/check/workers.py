@@ -126,27 +126,57 @@ def _group_main(conn, args):
     """Worker: one process per backend group, so frameworks never share an interpreter or a core.
 
     `environ` (the parent's framework settings, quiet logging included) is applied before any framework
-    is imported; the worker's stderr is the parent's, so the parent's log filter sees its output too.
+    is imported; the worker's stderr is the parent's, so the parent's log filter sees its output too. A group
+    is `(backend, case ids)` pairs: a backend split over two workers runs part of its cases in each.
     """
     def compute():
-        case_ids, backends, dtypes, modes, seed, require, environ, compile_backend = args
+        parts, dtypes, modes, seed, require, environ, compile_backend = args
         os.environ.update(environ)
-        _test_fault(backends)
-        return run(_cases(case_ids), backends=backends, dtypes=dtypes, modes=modes, seed=seed, require=require,
-                   compile_backend=compile_backend)
+        _test_fault([backend for backend, _ in parts])
+        records = []
+        for backend, ids in parts:
+            records += run(_cases(ids), backends=[backend], dtypes=dtypes, modes=modes, seed=seed,
+                           require=[r for r in require if r == backend], compile_backend=compile_backend)
+        return records
 
     _reply(conn, compute)
 
 
 def _balanced_groups(backends, jobs):
-    """Backends spread over `jobs` groups by their `Adapter.cost`, heaviest first onto the lightest group."""
-    groups = [[] for _ in range(min(jobs, len(backends)))]
-    load = [0.0] * len(groups)
-    for backend in sorted(backends, key=lambda b: -adapter(b).cost):
+    """Backends spread over `jobs` groups by their `Adapter.cost`: the heaviest first onto the lightest group,
+    except that backends whose second import is cheap (`Adapter.splittable`) go last and are split by their
+    cases' share of their cost so the groups' loads meet. Each group is `[(backend, start, stop)]`, the
+    fractions of that backend's cases it runs."""
+    count = min(jobs, len(backends))
+    groups = [[] for _ in range(count)]
+    load = [0.0] * count
+    whole = sorted((b for b in backends if not adapter(b).splittable), key=lambda b: -adapter(b).cost)
+    split = sorted((b for b in backends if adapter(b).splittable), key=lambda b: -adapter(b).cost)
+    for backend in whole:
         i = load.index(min(load))
-        groups[i].append(backend)
+        groups[i].append((backend, 0.0, 1.0))
         load[i] += adapter(backend).cost
+    target = (sum(load) + sum(adapter(b).cost for b in split)) / count
+    for backend in split:
+        cost, start = adapter(backend).cost, 0.0
+        for i in sorted(range(count), key=lambda i: load[i]):
+            if start >= 1.0:
+                break
+            room = max(target - load[i], 0.0)
+            stop = 1.0 if cost * (1.0 - start) <= room + 1e-9 or room == 0.0 else min(1.0, start + room / cost)
+            if room == 0.0 and i != min(range(count), key=lambda j: load[j]):
+                continue
+            groups[i].append((backend, start, stop))
+            load[i] += cost * (stop - start)
+            start = stop
     return [g for g in groups if g]
+
+
+def _case_share(ids, start, stop):
+    """The case ids in `[start, stop)` of the list by position (cases of one family sit together: each share
+    gets whole families where it can, so a worker compiles fewer distinct shapes)."""
+    n = len(ids)
+    return ids[round(start * n): round(stop * n)]
 
 
 def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, progress=None,
@@ -167,18 +197,23 @@ def run_parallel(cases, *, backends, dtypes, modes, seed=0, require=(), jobs=2, 
                    progress=progress, compile_backend=compile_backend)
     environ, ids = _worker_environ(), [c.id for c in cases]
     context = multiprocessing.get_context("spawn")
-    workers = {}  # receiving end -> (process, group)
+    workers = {}  # receiving end -> (process, parts)
     for group in groups:
-        receive, process = _spawn(context, _group_main, (ids, group, dtypes, modes, seed, list(require), environ,
-                                                         compile_backend), f"posenc-check-{'-'.join(group)}")
-        workers[receive] = (process, group)
+        parts = tuple((backend, tuple(_case_share(ids, start, stop))) for backend, start, stop in group)
+        name = "-".join(b if (a, z) == (0.0, 1.0) else f"{b}{a:.2f}" for b, a, z in group)
+        receive, process = _spawn(context, _group_main, (parts, dtypes, modes, seed, list(require), environ,
+                                                         compile_backend), f"posenc-check-{name}")
+        workers[receive] = (process, parts)
 
-    def failed(group, why):
+    def failed(parts, why):
         return [Record.for_case(c, b, d, m, status="error", message=why)
-                for c, d, b, m in backend_plan(cases, dtypes=dtypes, backends=group, modes=modes)]
+                for backend, part_ids in parts
+                for c, d, b, m in backend_plan(_cases(part_ids), dtypes=dtypes, backends=[backend], modes=modes)]
 
-    records = _gather(workers, timeout=timeout, progress=progress, label=lambda group: f"backends {','.join(group)}",
-                      failed=failed)
+    def label(parts):
+        return "backends " + ",".join(dict.fromkeys(b for b, _ in parts))
+
+    records = _gather(workers, timeout=timeout, progress=progress, label=label, failed=failed)
     order = {(c.family, c.convention, c.case_set, d, b, m): n
              for n, (c, d, b, m) in enumerate(backend_plan(cases, dtypes=dtypes, backends=backends, modes=modes))}
     return sorted(records, key=lambda r: order.get((r.family, r.convention, r.case, r.dtype, r.backend, r.mode), 0))

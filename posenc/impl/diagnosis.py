@@ -241,6 +241,19 @@ def _geometric_slopes(heads: int, max_bias: float = 8.0) -> np.ndarray:
 OTHER_MAX_BIASES = (8.0, 16.0, 4.0)
 
 
+def _bf16_product_bias(fn, args, kw, press):
+    """The bias with `m` and every `m * position` rounded to bfloat16: `fn`'s bias divided back to its distance
+    term, then rebuilt in bfloat16 arithmetic (the form's own distances kept)."""
+    from posenc_np.backend import numpy_dtype
+
+    bf16 = numpy_dtype("bfloat16")
+    bias = np.asarray(fn(*args, **kw), np.float64)
+    distance = bias / press[:, None, None] if bias.ndim == 3 else bias / press[None, :, None, None]
+    slopes = press.astype(bf16).astype(np.float64)
+    shape = (-1, 1, 1) if bias.ndim == 3 else (1, -1, 1, 1)
+    return (slopes.reshape(shape) * distance).astype(bf16).astype(np.float64)
+
+
 def _slopes_variants(encoding, fn, args, kw):
     """`slopes`: the geometric slopes at the case's `max_bias`, then Press's rule at another `max_bias`."""
     heads = int(args[0])
@@ -254,6 +267,15 @@ def _slopes_variants(encoding, fn, args, kw):
             return np.asarray(fn(*args, **kw), np.float64) / press[:, None, None] * slopes[:, None, None]
         yield ("slopes", f"your outputs equal the spec with the geometric slopes 2^(-{max_bias:g}(h+1)/{heads}) "
                          f"(Press et al.'s rule for a power of two, used for {heads} heads)", with_slopes)
+    if encoding == "alibi_slopes":
+        from posenc_np.backend import numpy_dtype
+
+        yield ("slopes", "your outputs equal the spec's slopes rounded to bfloat16 (Falcon computes them in the "
+                         "model's dtype)", lambda: press.astype(numpy_dtype("bfloat16")).astype(np.float64))
+    if encoding == "alibi_bias" and len(args) > 2:
+        yield ("slopes", "your outputs equal the spec with the slopes rounded to bfloat16 and each slope x position "
+                         "product rounded to bfloat16 again (Falcon's build_alibi_tensor multiplies in the model's "
+                         "dtype)", lambda: _bf16_product_bias(fn, args, kw, press))
     if not _accepts(encoding, "max_bias"):
         return
     for other in OTHER_MAX_BIASES:
@@ -302,7 +324,9 @@ def _family_variants(encoding, fn, args, kwargs):
                            lambda o=other: fn(*args, **{**kw, "form": o}))
             q, k = np.asarray(args[1]), np.asarray(args[2])
             if q.ndim == 1 and k.ndim == 1 and q.size and k.size:
-                for where, moved in (("the last query aligned with the last key", q - q[-1] + k[-1]),
+                for where, moved in (("every query at the last key (MPT's bias row for the last query, added to "
+                                      "all)", np.full_like(q, k[-1])),
+                                     ("the last query aligned with the last key", q - q[-1] + k[-1]),
                                      ("the first query aligned with the first key", q - q[0] + k[0]),
                                      ("the queries at 0 .. q-1 (their index in the chunk)",
                                       np.arange(q.size, dtype=q.dtype))):

@@ -253,17 +253,10 @@ FINDINGS = (
 #: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
 EXPECTED = {
     # MPT adds the last query's row m_h (j - (L-1)) to every query (softmax-equal under a causal mask): the raw
-    # bias differs from the causal form by m_h (L-1 - i) on every other row
-    'transformers-mpt mpt-alibi/kv-offset': 'unknown',
-    'transformers-mpt mpt-alibi/max-bias-4': 'unknown',
-    'transformers-mpt press-alibi/kv-offset': 'unknown',
-    'transformers-mpt press-alibi/kv-offset-long': 'unknown',
-    'transformers-mpt press-alibi/long': 'unknown',
-    'transformers-mpt press-alibi/past-256': 'unknown',
-    'transformers-mpt press-alibi/past-2048': 'unknown',
-    'transformers-mpt press-alibi/short': 'unknown',
+    # bias is the spec's with every query at the last key
+    **{f"transformers-mpt {case}": "alibi-form"
+       for case in ("mpt-alibi/kv-offset", "mpt-alibi/max-bias-4", "press-alibi/kv-offset", "press-alibi/kv-offset-long",
+                    "press-alibi/long", "press-alibi/past-256", "press-alibi/past-2048", "press-alibi/short")},
     # bf16 slopes times the key position, rounded to bf16 (finding above)
-    'transformers-falcon bloom-alibi/kv-offset': 'unknown',
-    'transformers-falcon bloom-alibi/left-pad': 'unknown',
-    'transformers-falcon bloom-alibi/short': 'unknown',
+    **{f"transformers-falcon bloom-alibi/{case}": "slopes" for case in ("kv-offset", "left-pad", "short")},
 }
