@@ -289,7 +289,11 @@ def check_resize_grid(table_shape, old_grid, new_grid, *, method="cubic", align_
 def resize_grid_weights(table_shape, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75,
                         antialias=False, scale=None, prefix_tokens=0):
     """`resize_grid`'s plan: `(prefix_tokens, (old_h, old_w), (new_h, new_w), (index_h, weight_h),
-    (index_w, weight_w))`, the per-axis `resize_weights` in float64, after `check_resize_grid`."""
+    (index_w, weight_w))`, the per-axis `resize_weights` in float64, after `check_resize_grid`.
+
+    >>> resize_grid_weights((5, 4), (2, 2), (3, 3), prefix_tokens=1)[:3]
+    (1, (2, 2), (3, 3))
+    """
     prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
         table_shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)

@@ -32,8 +32,8 @@ MODES = ("eager", "jit")
 JIT_DTYPES = ("float32",)
 
 #: Modules that register cases, in report order.
-CASE_MODULES = ("cases_absolute", "cases_rope", "cases_mrope", "cases_bias", "cases_grad", "cases_packing",
-                "cases_research", "cases_schedule", "cases_edge", "cases_training")
+CASE_MODULES = ("cases_absolute", "cases_rope", "cases_mrope", "cases_bias", "cases_alibi_max_bias", "cases_grad",
+                "cases_packing", "cases_research", "cases_schedule", "cases_edge", "cases_training")
 
 
 @dataclass(frozen=True)

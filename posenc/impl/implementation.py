@@ -135,12 +135,9 @@ class Implementation:
         if not all(isinstance(r, type) and issubclass(r, BaseException) for r in refusals):
             raise TypeError(f"refusals={refusals!r} must be exception types")
         self.refusals = refusals
-        #: a kernel with transformers' signature, `(fn, layout)` (`from_rotary_kernel`): the training probes
-        #: call it directly with tensors that require grad, tables included
-        self.kernel = None
-        #: a kernel fed per-channel angles, `(fn, layout)` with `fn(t [s, b, h, r], freqs [s, 1, 1, r])` (Transformer
-        #: Engine's and Megatron's `apply_rotary_pos_emb` in sbhd): the table-gradient case differentiates `freqs`
-        self.angle_kernel = None
+        #: the kernels the training probes call with tensors that require grad: `(fn, layout)` with transformers'
+        #: signature (`from_rotary_kernel`), and angle-fed `fn(t [s, b, h, r], freqs [s, 1, 1, r])` (TE, Megatron)
+        self.kernel = self.angle_kernel = None
 
     def __repr__(self):
         return (f"Implementation({self.name!r}, {self.framework!r}, [{', '.join(self.functions)}], "
@@ -265,16 +262,12 @@ class Implementation:
     def from_score_mod(cls, score_mod_or_factory: Callable, name: str, *, family: str = "alibi",
                        factory: bool = False, form: str = "causal", version=None,
                        **declarations) -> Implementation:
-        """An `Implementation` of a bias family's bias and of `attention` from a PyTorch FlexAttention score_mod.
-
-        `score_mod(score, b, h, q_idx, kv_idx)` is judged as the bias it adds (evaluated on score 0 over the
-        case's heads and positions, vmapped as flex calls it) and run through `flex_attention` against the
-        contract's `attention(bias=...)` (`posenc.impl.score_mod`). `family`: "alibi" (judged as
-        `alibi_bias`) or "t5" (`t5_bias`). `factory=True`: `score_mod_or_factory` builds the score_mod from
-        the case's arguments, `f(num_heads)` for ALiBi (attn-gym's `generate_alibi_bias`), `f(table,
-        bidirectional=, num_buckets=, max_distance=)` for T5. `form`: the ALiBi form it computes (attn-gym's
-        `(kv_idx - q_idx) * m` is "causal"). `version`, `declarations`: as `Implementation`.
-        """
+        """An `Implementation` of a bias family's bias and of `attention` from a FlexAttention score_mod
+        `score_mod(score, b, h, q_idx, kv_idx)`: judged as the bias it adds (on score 0 over the case's heads and
+        positions) and through `flex_attention` against `attention(bias=...)` (`posenc.impl.score_mod`).
+        `family`: "alibi" (`alibi_bias`) or "t5" (`t5_bias`); `factory=True`: it builds the score_mod, `f(num_heads)`
+        (attn-gym's `generate_alibi_bias`) or `f(table, bidirectional=, num_buckets=, max_distance=)`; `form`:
+        the ALiBi form it computes (attn-gym's `(kv_idx - q_idx) * m` is "causal"); the rest as `Implementation`."""
         from .score_mod import score_mod_functions
 
         functions = score_mod_functions(score_mod_or_factory, family, factory=factory, form=form)

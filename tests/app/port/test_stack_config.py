@@ -2,7 +2,7 @@
 the angles, refusals of what a target cannot express, and each known conversion bug planted into a
 translation and caught.
 
-The planted bugs (issue 34; ../shared/research/training-kernels-2026-12.md section 5):
+The planted bugs (issue 34; the upstream issues and pull requests named below):
     Megatron-Bridge PR #5097   linear scaling dropped (seq_len_interpolation_factor not written)
     Megatron-Bridge PR #2791   MLA rotary_scaling_factor left at MLATransformerConfig's 40 (and rope_type "yarn")
     Megatron-Bridge #4271      partial_rotary_factor taken relative to qk_pos_emb_head_dim: 8 rotated dims, not 64
