@@ -144,10 +144,21 @@ def test_alibi_positions_rounded_to_bfloat16_are_named_positions_rounded():
     assert failed == {("fail", "positions-rounded")}, got
 
 
-def test_every_family_diagnosis_is_a_declared_name():
-    for name in ("sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid",
-                 "align-corners", "cubic-a", "t5-direction", "transposed", "positions-rounded", "autocast"):
+FAMILY_DIAGNOSES = ("sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid",
+                    "align-corners", "cubic-a", "t5-direction", "transposed", "positions-rounded")
+
+
+def test_every_family_diagnosis_is_declared_and_planted_in_this_module():
+    """Each name is one the judge can give and one some test above expects (as a quoted name outside this test)."""
+    import inspect
+    import sys
+
+    module = inspect.getsource(sys.modules[__name__])
+    planted = module.replace(inspect.getsource(test_every_family_diagnosis_is_declared_and_planted_in_this_module), "")
+    planted = planted.split("FAMILY_DIAGNOSES = (")[0] + planted.split("FAMILY_DIAGNOSES = (")[1].split(")", 1)[1]
+    for name in FAMILY_DIAGNOSES:
         assert name in DIAGNOSES
+        assert f'"{name}")' in planted, f"no planted test expects {name}"
 
 
 def test_t5_positions_rounded_to_bfloat16_are_named_positions_rounded():
