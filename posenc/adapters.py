@@ -127,8 +127,8 @@ class Adapter:
     framework: str = ""
     #: the distributions whose versions a report records
     distributions: tuple = ()
-    #: relative cost in a `posenc check` run, measured on a 2-core CPU (the default run's comparison seconds:
-    #: torch 59 s, TF 50 s, JAX 29 s warm / 61 s with an empty compilation cache, ONNX 2 s, MLX 1 s;
+    #: relative cost in a `posenc check` run, measured on a 2-core CPU (the default run's comparison seconds on
+    #: 2026-12-03: torch 80 s, TF 60 s, JAX 34 s with a warm compilation cache, ONNX 1 s, MLX 1 s;
     #: docs/performance.md): balances the worker processes
     cost: float = 1.0
     #: whether a second worker may take part of this backend's cases (its import and set-up are cheap next
@@ -451,7 +451,7 @@ class TorchAdapter(Adapter):
 
 class TFAdapter(Adapter):
     name, package, framework = "tf", "posenc_tf", "tensorflow"
-    distributions, cost = ("tensorflow-cpu", "tensorflow", "keras"), 0.85
+    distributions, cost = ("tensorflow-cpu", "tensorflow", "keras"), 0.75
 
     def from_numpy(self, array):
         import tensorflow as tf
@@ -537,7 +537,7 @@ class TFAdapter(Adapter):
 
 class JaxAdapter(Adapter):
     name, package, framework = "jax", "posenc_jax", "jax"
-    distributions, cost, splittable = ("jax", "jaxlib", "flax"), 0.75, True
+    distributions, cost, splittable = ("jax", "jaxlib", "flax"), 0.43, True
 
     def compile_cache_environ(self, directory):
         # JAX reads these at import: its persistent cache keeps every executable (its eager calls compile

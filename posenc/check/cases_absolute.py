@@ -184,10 +184,13 @@ def _resize_grid_case(convention, case, old_grid, new_grid, prefix_tokens, descr
 # few cases (each runs on every backend, dtype and mode): up and down, prefix rows 0 / 1 / 5, a non-square grid,
 # torch's antialiased kernel and the scale_factor grid
 _resize_grid_case("hf-vit", "7x7->10x10", (7, 7), (10, 10), 1, "HF ViT bicubic upsampling, CLS row")
-_resize_grid_case("timm", "9x9->5x5-prefix5", (9, 9), (5, 5), 5, "timm antialiased bicubic downsampling, 5 prefix rows")
-_resize_grid_case("siglip2", "6x6->4x9", (6, 6), (4, 9), 0, "antialiased bilinear to a non-square grid, no prefix")
+# jit: the hf-vit case traces the grid path; the others differ in constants (weights, scale), eager only
+_resize_grid_case("timm", "9x9->5x5-prefix5", (9, 9), (5, 5), 5, "timm antialiased bicubic downsampling, 5 prefix rows",
+                  modes=("eager",))
+_resize_grid_case("siglip2", "6x6->4x9", (6, 6), (4, 9), 0, "antialiased bilinear to a non-square grid, no prefix",
+                  modes=("eager",))
 _resize_grid_case("dinov2", "8x8->6x10", (8, 8), (6, 10), 1, "scale_factor grid (interpolate_offset 0.1)",
-                  scale=(6.1 / 8, 10.1 / 8))
+                  scale=(6.1 / 8, 10.1 / 8), modes=("eager",))
 # the models' own shapes (transformers' SigLIP: no prefix row; Dinov2-with-registers: antialiased), eager only
 _resize_grid_case("hf-vit", "6x6->4x4-no-prefix", (6, 6), (4, 4), 0, "HF SigLIP bicubic downsampling, no prefix row",
                   modes=("eager",))
