@@ -210,7 +210,7 @@ def merge(old: dict, new: dict) -> dict:
     order = {name: n for n, name in enumerate(BUILTINS)}
     entries.sort(key=lambda e: order.get(e["builtin"], len(order)))
     return {**old, "generated": new["generated"], "implementations": entries, "findings": new["findings"],
-            "columns": new["columns"]}
+            "columns": new["columns"], "families": new.get("families", old.get("families", {}))}
 
 
 def collect(names=None, *, timeout: float = 1800.0, progress=print) -> dict:
