@@ -24,7 +24,7 @@ def training_refusal(case, impl) -> str | None:
         return f"{impl.name} provides no apply_rope"
     layout = case_layout(case)
     if impl.kernel is not None and layout != impl.kernel[1]:
-        return f"{impl.name}'s kernel implements layout={impl.kernel[1]!r}; the case asks layout={layout!r}"
+        return f"{impl.name} declares layouts {impl.kernel[1]}, not {layout}"  # its kernel's one layout
     if case.training != "backward" and impl.framework != "torch":
         return "aliasing and table gradients are autograd probes of torch implementations"
     if case.training == "table-grad" and impl.kernel is None and impl.angle_kernel is None:

@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -131,7 +132,8 @@ def _cell(records: list[dict]) -> dict:
     diagnoses = collections.Counter(r["diagnosis"] for r in records if r["status"] == "fail" and r["diagnosis"])
     skips = collections.Counter(r["message"] for r in records if r["status"] == "skip")
     return {"pass": counts["pass"], "fail": counts["fail"], "skip": counts["skip"], "error": counts["error"],
-            "diagnoses": dict(diagnoses.most_common()), "skip_reason": skips.most_common(1)[0][0] if skips else None}
+            "diagnoses": dict(diagnoses.most_common()),
+            "skip_reason": scrub_paths(skips.most_common(1)[0][0]) if skips else None}
 
 
 def _worst_angle(records: list[dict]) -> dict:
@@ -144,9 +146,19 @@ def _worst_angle(records: list[dict]) -> dict:
     return worst
 
 
+_MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|work|root|home)/\S*")
+
+
+def scrub_paths(text):
+    """`text` with this machine's directories (a compiler's temp file in an error message) as `<path>`: the
+    table describes an environment by versions, never by directories."""
+    return _MACHINE_PATH.sub("<path>", text) if isinstance(text, str) else text
+
+
 def _failures(records: list[dict]) -> list[dict]:
     return [{"case": f"{r['convention']}/{r['case']}", "dtype": r["dtype"], "status": r["status"],
-             "diagnosis": r.get("diagnosis"), "detail": r.get("diagnosis_detail") or r.get("message", ""),
+             "diagnosis": r.get("diagnosis"),
+             "detail": scrub_paths(r.get("diagnosis_detail") or r.get("message", "")),
              "err_in_tol": r.get("err_in_tol"), "worst_angle": r.get("worst_angle_err"),
              "position": r.get("worst_angle_position"),
              "channel": (r.get("worst_angle_index") or [None])[-1]}

@@ -37,6 +37,8 @@ def _aot_eager(aot_eager):
 def test_case(case, backend, dtype, mode, jit_cache):
     (record,) = run([case], backends=[backend.name], dtypes=[dtype], modes=[mode], seed=0, require=[backend.name],
                     jit_cache=jit_cache)
+    if case.case_set == "autocast" and record.status == "skip":  # torch.autocast: the other frameworks have none
+        pytest.skip(record.message)
     assert record.status == "pass", (
         f"{case.id} {backend.name} {dtype} {mode}: {record.status}: max_abs_err={record.max_abs_err} "
         f"tol={record.tol} ({record.tol_why}) worst={record.worst_index} {record.message}")

@@ -20,8 +20,9 @@ from posenc.impl.builtin import load_builtin  # noqa: E402
 @pytest.fixture(scope="module")
 def all_records():
     impls = load_builtin("transformers")
-    assert [i.name for i in impls] == ["transformers", "transformers-gptj"]
-    return run_implementations(all_cases(), impls, dtypes=["float32", "bfloat16", "float16"])
+    # the rotary classes and GPT-J first; the sinusoid builders and the ViT resizes have tests of their own
+    assert [i.name for i in impls][:2] == ["transformers", "transformers-gptj"]
+    return run_implementations(all_cases(), impls[:2], dtypes=["float32", "bfloat16", "float16"])
 
 
 @pytest.fixture(scope="module")
