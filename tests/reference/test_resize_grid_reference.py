@@ -11,11 +11,7 @@ range); float32 references (Dinov2, Dinov2-reg, timm, Siglip2 compute in float32
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -253,24 +249,13 @@ def test_dinov2_original_and_hf_dinov2_differ_as_measured():
 
 
 def _timm_pos_embed():
-    """timm's `layers/pos_embed.py`, with its two relative imports (`_fx`, `helpers`: plain torch), loaded as modules
-    of a stand-in package: `import timm` imports torchvision, which this stack does not have."""
-    spec = importlib.util.find_spec("timm")
-    if spec is None:
+    """timm's `layers/pos_embed.py`, loaded by path as `--impl timm` loads it (`import timm` needs torchvision)."""
+    from posenc.impl.builtin import builtin_status
+    from posenc.impl.builtin.timm import layers_module
+
+    if not builtin_status("timm")[0]:
         pytest.skip("timm is not installed (pip install --no-deps -r requirements-nodeps.txt)")
-    layers = pathlib.Path(spec.submodule_search_locations[0]) / "layers"
-    package = "_posenc_timm_layers"
-    if package not in sys.modules:
-        stand_in = types.ModuleType(package)
-        stand_in.__path__ = [str(layers)]
-        sys.modules[package] = stand_in
-    name = f"{package}.pos_embed"
-    if name not in sys.modules:
-        file_spec = importlib.util.spec_from_file_location(name, layers / "pos_embed.py")
-        module = importlib.util.module_from_spec(file_spec)
-        sys.modules[name] = module
-        file_spec.loader.exec_module(module)
-    return sys.modules[name]
+    return layers_module("pos_embed")
 
 
 @pytest.mark.parametrize("prefix", [0, 1, 5])

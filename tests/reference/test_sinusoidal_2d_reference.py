@@ -10,11 +10,6 @@ timm computes in float32: `posenc_np.testing.tolerance("float32", max_angle=...)
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-import types
-
 import numpy as np
 import pytest
 
@@ -82,24 +77,13 @@ def test_diffusers_from_grid_float64(dim):
 
 
 def _timm_sincos():
-    """timm's `layers/pos_embed_sincos.py` with its relative imports (`_fx`, `grid`, `trace_utils`: plain torch),
-    loaded as modules of a stand-in package."""
-    spec = importlib.util.find_spec("timm")
-    if spec is None:
+    """timm's `layers/pos_embed_sincos.py`, loaded by path as `--impl timm` loads it (`import timm` needs torchvision)."""
+    from posenc.impl.builtin import builtin_status
+    from posenc.impl.builtin.timm import layers_module
+
+    if not builtin_status("timm")[0]:
         pytest.skip("timm is not installed (pip install --no-deps -r requirements-nodeps.txt)")
-    layers = pathlib.Path(spec.submodule_search_locations[0]) / "layers"
-    package = "_posenc_timm_layers"
-    if package not in sys.modules:
-        stand_in = types.ModuleType(package)
-        stand_in.__path__ = [str(layers)]
-        sys.modules[package] = stand_in
-    name = f"{package}.pos_embed_sincos"
-    if name not in sys.modules:
-        file_spec = importlib.util.spec_from_file_location(name, layers / "pos_embed_sincos.py")
-        module = importlib.util.module_from_spec(file_spec)
-        sys.modules[name] = module
-        file_spec.loader.exec_module(module)
-    return sys.modules[name]
+    return layers_module("pos_embed_sincos")
 
 
 @pytest.mark.parametrize("reverse_coord, interleave, params", [
