@@ -9,7 +9,7 @@ from posenc_np.testing import compare, tolerance
 
 from ..adapters import adapter
 from ..impl.precision import class_tolerance, spec_rotation
-from ..impl.training import angle_gradients, diagnose_backward, rope_backward, table_gradients
+from ..impl.training import angle_gradients, diagnose_backward, rope_backward, rotate_table_half, table_gradients
 
 __all__ = ["run_training", "training_refusal", "kernel_serves"]
 
@@ -158,7 +158,9 @@ def _angle_table_fields(want, result):
     move = (2, 0, 1, 3)  # [b, h, s, r] -> the kernel's [s, b, h, r]
     xs, ws = (np.ascontiguousarray(a[..., :r].transpose(move)) for a in (x, cotangent))
     dfreqs = angle_gradients(xs, ws, result["freqs"], result["layout"])
-    scale = float(max((np.abs(ws) * (np.abs(xs) + np.abs(xs[..., ::-1]))).sum(axis=(1, 2)).max(), 1e-30))
+    # each term w (rot(t) cos F - t sin F) is at most |w| (|rot(t)| + |t|): the sum's float32 scale
+    rotated = np.abs(rotate_table_half(xs, result["layout"]))
+    scale = float(max((np.abs(ws) * (np.abs(xs) + rotated)).sum(axis=(1, 2)).max(), 1e-30))
     tol = tolerance("float32", max_angle=float(np.abs(result["freqs"]).max()), scale=scale)
     checked = compare(result["dfreqs"], dfreqs, tol)
     fields = dict(status="pass" if checked.passed else "fail", max_abs_err=checked.max_abs_err,

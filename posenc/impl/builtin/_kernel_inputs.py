@@ -53,19 +53,19 @@ def spec_table(rotary_dim: int, rows: int, *, base, scaling, positions, layout="
     at the case's `seq_len = max(positions) + 1` (posenc_np.apply_rope's rule for `dynamic` / `longrope`),
     reduced to [-pi, pi] in float64 turns (`t - round(t)`, as the spec reduces them), so a kernel's table
     differs from the spec only by what the kernel does with it."""
-    plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
-    positions = np.asarray(positions)
-    seq_len = int(positions.max()) + 1 if positions.size else None
-    turns = np.arange(rows, dtype=np.float64)[:, None] * plan.turns_at(seq_len)[None, :]
-    return (turns - np.round(turns)) * 2 * math.pi, plan.attention_scale
+    return token_angles(rotary_dim, np.arange(rows), base=base, scaling=scaling, layout=layout,
+                        seq_len_of=positions)
 
 
-def token_angles(rotary_dim: int, positions, *, base, scaling, layout="half") -> tuple[np.ndarray, float]:
-    """`(angles [*positions.shape, rotary_dim / 2] float64, attention_scale)`: `spec_table`'s angles at the given
-    positions themselves (negative ones included), for a kernel fed one angle per token."""
+def token_angles(rotary_dim: int, positions, *, base, scaling, layout="half",
+                 seq_len_of=None) -> tuple[np.ndarray, float]:
+    """`(angles [*positions.shape, rotary_dim / 2] float64, attention_scale)`: the spec's angles at `positions`
+    (negative ones included), reduced to [-pi, pi] in float64 turns as the spec reduces them, at the sequence
+    length `max(seq_len_of) + 1` (`seq_len_of` defaults to `positions`: the case's, for `dynamic` / `longrope`)."""
     plan = rope_plan(rotary_dim, base=base, scaling=scaling, layout=layout)
     positions = np.asarray(positions)
-    seq_len = int(positions.max()) + 1 if positions.size else None
+    case = positions if seq_len_of is None else np.asarray(seq_len_of)
+    seq_len = int(case.max()) + 1 if case.size else None
     turns = positions[..., None].astype(np.float64) * plan.turns_at(seq_len)
     return (turns - np.round(turns)) * 2 * math.pi, plan.attention_scale
 
