@@ -500,7 +500,9 @@ class TFAdapter(Adapter):
         import tensorflow as tf
 
         tf.get_logger().setLevel("ERROR")  # one tf.function per case is the design, not a retracing bug
-        return tf.function(fn, jit_compile=True, reduce_retracing=False)
+        # posenc_tf branches only on static Python values, so AutoGraph's source rewrite (more than half of
+        # a suite run's TF seconds) has nothing to convert; without it a branch on a tensor fails to trace
+        return tf.function(fn, jit_compile=True, reduce_retracing=False, autograph=False)
 
     def reshape(self, tensor, shape):
         import tensorflow as tf
