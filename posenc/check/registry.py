@@ -24,11 +24,14 @@ __all__ = ["Case", "register", "all_cases", "CASE_MODULES", "DTYPES", "MODES", "
 #: The dtypes and modes a case runs in unless it lists fewer (the one list of modes; dtypes are the spec's).
 DTYPES = BACKEND_DTYPES
 MODES = ("eager", "jit")
-#: The jit budget (docs/performance.md, "posenc check"): a compile costs 1-10 s per case, dtype and backend
-#: on 2 cores, most of a run. Every case runs eager in all its dtypes; jit runs in these dtypes (or a case's
-#: first dtype when it lists none of them), except the first jit case registered in each family, its
-#: representative, which runs jit in all its dtypes: the half-precision rule under a compiler (upcast to
-#: float32, round once) is the same code for every case of a family. `Case.jit_dtypes` overrides both.
+#: The jit budget (docs/performance.md, "posenc check"): a compile costs 0.3-5 s per case, dtype and backend
+#: on 2 cores, most of a run. Every case runs eager in all its dtypes. Jit runs once per traced path, the
+#: first case registered with an encoding, convention and case function (`Case.traced_path`): the path is
+#: fixed by them, and another case set of the same path only changes the shapes and values the compiled
+#: program is given, which eager mode checks. It runs in these dtypes (or the case's first dtype when it
+#: lists none of them), except the first jit case registered in each family, its representative, which runs
+#: jit in all its dtypes: the half-precision rule under a compiler (upcast to float32, round once) is the same
+#: code for every case of a family. `Case.jit_dtypes` overrides all three.
 JIT_DTYPES = ("float32",)
 
 #: Modules that register cases, in report order.
@@ -104,6 +107,16 @@ class Case:
     def id(self) -> str:
         return f"{self.family}/{self.convention}/{self.case_set}"
 
+    @property
+    def traced_path(self) -> tuple:
+        """What fixes the program a compiler traces: the encoding and convention of a single contract call; the
+        encoding and the case's function for a case built of several calls (by qualified name: a factory's
+        closures share one, their captured values being static options), the convention's own call being
+        the path of that convention's single-call case."""
+        if self.fn is None:
+            return self.encoding, "convention", self.convention
+        return self.encoding, "function", self.fn.__qualname__
+
 
 _CASES: list[Case] = []
 
@@ -111,9 +124,12 @@ _CASES: list[Case] = []
 def register(case: Case) -> Case:
     if any(c.id == case.id for c in _CASES):
         raise ValueError(f"case {case.id!r} is registered twice")
-    if ("jit" in case.modes and case.jit_dtypes is None
-            and not any(c.family == case.family and "jit" in c.modes for c in _CASES)):
-        case = dataclasses.replace(case, jit_dtypes=case.dtypes)  # the family's representative: jit in every dtype
+    if "jit" in case.modes and case.jit_dtypes is None:
+        compiled = [c for c in _CASES if "jit" in c.modes]
+        if any(c.traced_path == case.traced_path for c in compiled):
+            case = dataclasses.replace(case, modes=tuple(m for m in case.modes if m != "jit"))
+        elif not any(c.family == case.family for c in compiled):
+            case = dataclasses.replace(case, jit_dtypes=case.dtypes)  # the family's representative: every dtype
     _CASES.append(case)
     return case
 
