@@ -127,9 +127,9 @@ class Adapter:
     framework: str = ""
     #: the distributions whose versions a report records
     distributions: tuple = ()
-    #: relative cost in a `posenc check` run, measured on a 2-core CPU (the default run's comparison seconds on
-    #: 2026-12-03: torch 80 s, TF 60 s, JAX 34 s with a warm compilation cache, ONNX 1 s, MLX 1 s;
-    #: docs/performance.md): balances the worker processes
+    #: relative cost in a `posenc check` run, measured on a 2-core CPU (each backend's default run alone on
+    #: 2026-12-03: torch 47 s, TF 29 s, JAX 34 s with a warm compilation cache and 120 s cold, ONNX 12 s,
+    #: MLX 2 s, NumPy 1 s; docs/performance.md): balances the worker processes
     cost: float = 1.0
     #: whether a second worker may take part of this backend's cases (its import and set-up are cheap next
     #: to its comparisons; torch's and TF's graph tracing state is not worth building twice)
@@ -310,7 +310,7 @@ def _map(fn, out):
 
 class NumpyAdapter(Adapter):
     name, package, framework = "numpy", "posenc_np", "numpy"
-    distributions, cost, splittable = ("numpy", "ml_dtypes"), 0.1, True
+    distributions, cost, splittable = ("numpy", "ml_dtypes"), 0.02, True
 
     def from_numpy(self, array):
         return array
@@ -451,7 +451,7 @@ class TorchAdapter(Adapter):
 
 class TFAdapter(Adapter):
     name, package, framework = "tf", "posenc_tf", "tensorflow"
-    distributions, cost = ("tensorflow-cpu", "tensorflow", "keras"), 0.75
+    distributions, cost = ("tensorflow-cpu", "tensorflow", "keras"), 0.62
 
     def from_numpy(self, array):
         import tensorflow as tf
@@ -539,7 +539,15 @@ class TFAdapter(Adapter):
 
 class JaxAdapter(Adapter):
     name, package, framework = "jax", "posenc_jax", "jax"
-    distributions, cost, splittable = ("jax", "jaxlib", "flax"), 0.43, True
+    distributions, splittable = ("jax", "jaxlib", "flax"), True
+
+    @property
+    def cost(self):
+        # its eager calls compile every operation: 3.5x the time when the persistent cache the run was
+        # given (`compile_cache_environ`) holds nothing yet
+        directory = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+        warm = bool(directory) and os.path.isdir(directory) and any(os.scandir(directory))
+        return 0.72 if warm else 2.5
 
     def compile_cache_environ(self, directory):
         # JAX reads these at import: its persistent cache keeps every executable (its eager calls compile
@@ -617,7 +625,7 @@ class MlxAdapter(Adapter):
     device (the `mlx[cpu]` install); float64 exists there only (posenc_mlx keeps its float64 on the CPU)."""
 
     name, package, framework = "mlx", "posenc_mlx", "mlx"
-    distributions, cost, splittable = ("mlx", "mlx-cpu", "mlx-metal"), 0.03, True
+    distributions, cost, splittable = ("mlx", "mlx-cpu", "mlx-metal"), 0.04, True
 
     def _load(self):
         try:
@@ -693,7 +701,7 @@ class OnnxAdapter(NumpyAdapter):
     """
 
     name, package, framework = "onnx", "posenc.onnx.backend", "onnxruntime"
-    distributions, cost, splittable = ("onnx", "onnxruntime"), 0.04, True
+    distributions, cost, splittable = ("onnx", "onnxruntime"), 0.26, True
     #: the graphs read a cos/sin cache (ONNX Runtime's RotaryEmbedding refuses positions outside it)
     may_refuse = True
 

@@ -142,6 +142,10 @@ def _group_main(conn, args):
     _reply(conn, compute)
 
 
+#: the least `Adapter.cost` worth a second worker's share of a backend: about 5 s, a framework's import
+_SMALLEST_SHARE = 0.1
+
+
 def _balanced_groups(backends, jobs):
     """Backends spread over `jobs` groups by their `Adapter.cost`: the heaviest first onto the lightest group,
     except that backends whose second import is cheap (`Adapter.splittable`) go last and are split by their
@@ -164,6 +168,8 @@ def _balanced_groups(backends, jobs):
                 break
             room = max(target - load[i], 0.0)
             stop = 1.0 if cost * (1.0 - start) <= room + 1e-9 or room == 0.0 else min(1.0, start + room / cost)
+            if cost * (1.0 - stop) < _SMALLEST_SHARE:  # a sliver would cost another import, not save time
+                stop = 1.0
             if room == 0.0 and i != min(range(count), key=lambda j: load[j]):
                 continue
             groups[i].append((backend, start, stop))
