@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -19,6 +21,11 @@ def cope(query, attn_logits, pos_emb):
     check_float_dtype("attn_logits", attn_logits.dtype, jnp.issubdtype(attn_logits.dtype, jnp.floating))
     check_float_dtype("pos_emb", pos_emb.dtype, jnp.issubdtype(pos_emb.dtype, jnp.floating))
     max_pos = check_cope_shapes(query.shape, attn_logits.shape, pos_emb.shape)
+    return _cope(query, attn_logits, pos_emb, max_pos=max_pos)
+
+
+@partial(jax.jit, static_argnames=("max_pos",))  # one compile per shape instead of one per eager op
+def _cope(query, attn_logits, pos_emb, *, max_pos):
     gates = jax.nn.sigmoid(attn_logits.astype(jnp.float32))
     positions = jnp.minimum(jnp.flip(jnp.cumsum(jnp.flip(gates, -1), -1), -1), max_pos - 1)
     logits_int = query.astype(jnp.float32) @ pos_emb.astype(jnp.float32).T

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,6 +16,7 @@ from ._common import TRACE, is_tracing, position_pair
 __all__ = ["make_log_bucket_position", "build_relative_position"]
 
 
+@partial(jax.jit, static_argnums=(1, 2))  # one compile per shape instead of one per eager op
 def _log_bucket(relative, bucket_size, max_position):
     """HF's float32 arithmetic on integer relative positions (the spec's `_log_bucket_float32`)."""
     mid = bucket_size // 2

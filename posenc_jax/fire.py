@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -22,6 +25,11 @@ def fire_bias(c, L, w1, b1, w2, b2, q_positions, k_positions, *, eps=1e-6):
     check_fire_params(c.shape, L.shape, w1.shape, b1.shape, w2.shape, b2.shape)
     check_fire_eps(eps)
     q, k = position_pair(q_positions, k_positions, integer=False)
+    return _fire(c, L, w1, b1, w2, b2, q, k, eps=eps)
+
+
+@partial(jax.jit, static_argnames=("eps",))  # one compile per shape instead of one per eager op
+def _fire(c, L, w1, b1, w2, b2, q, k, *, eps):
     q32, k32 = q.astype(jnp.float32), k.astype(jnp.float32)
     c32, L32, w1_32, b1_32, w2_32, b2_32 = (a.astype(jnp.float32) for a in (c, L, w1, b1, w2, b2))
     c32, L32 = c32.reshape(()), L32.reshape(())

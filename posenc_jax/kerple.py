@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -29,6 +31,11 @@ def kerple_bias(r1, r2, q_positions, k_positions, *, kernel="log"):
     r1, r2 = jnp.asarray(r1), jnp.asarray(r2)
     check_kerple_params(r1.shape, r2.shape, kernel)
     q, k = position_pair(q_positions, k_positions, integer=False)
+    return _kerple(r1, r2, q, k, kernel=kernel)
+
+
+@partial(jax.jit, static_argnames=("kernel",))  # one compile per shape instead of one per eager op
+def _kerple(r1, r2, q, k, *, kernel):
     distance = _distance32(q, k, absolute=True)
     a, b = r1.astype(jnp.float32)[:, None, None], r2.astype(jnp.float32)[:, None, None]
     bias = -a * jnp.log1p(b * distance) if kernel == "log" else -a * distance ** b
@@ -41,9 +48,14 @@ def sandwich_bias(num_heads, q_positions, k_positions, *, dim, base=10000.0, dty
     inv_freq = spec_constant(("sandwich", dim, base), lambda: sandwich_inv_freq(dim, base=base))
     head_scale = spec_constant(("sandwich_heads", num_heads), lambda: sandwich_head_scale(num_heads))
     q, k = position_pair(q_positions, k_positions, integer=False)
+    return _sandwich(q, k, inv_freq, head_scale, dim=dim, dtype=resolve_dtype(dtype))
+
+
+@partial(jax.jit, static_argnames=("dim", "dtype"))  # one compile per shape instead of one per eager op
+def _sandwich(q, k, inv_freq, head_scale, *, dim, dtype):
     relative = _distance32(q, k, absolute=False)[..., 0, :, :]
     inner = jnp.cos(relative[..., None] * inv_freq).sum(-1) - dim / 2
-    return (inner[..., None, :, :] * head_scale[:, None, None]).astype(resolve_dtype(dtype))
+    return (inner[..., None, :, :] * head_scale[:, None, None]).astype(dtype)
 
 
 class KERPLEBias(nnx.Module):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -23,15 +26,20 @@ def sinusoidal(positions, dim, *, base=10000.0, layout="interleaved", denominato
     dim = check_sinusoidal_args(dim, base, layout, denominator)
     inv_freq = spec_constant(("sinusoid", dim, float(base), denominator),
                              lambda: sinusoid_inv_freq(dim, base=base, denominator=denominator))
-    angles = jnp.asarray(positions).astype(jnp.float32)[..., None] * inv_freq  # [..., dim/2]
+    return _table(jnp.asarray(positions), inv_freq, layout=layout, dtype=resolve_dtype(dtype))
+
+
+@partial(jax.jit, static_argnames=("layout", "dtype"))  # one compile per shape instead of one per eager op
+def _table(positions, inv_freq, *, layout, dtype):
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [..., dim/2]
     sin, cos = jnp.sin(angles), jnp.cos(angles)
     if layout == "interleaved":
-        table = jnp.stack([sin, cos], axis=-1).reshape(*angles.shape[:-1], dim)
+        table = jnp.stack([sin, cos], axis=-1).reshape(*angles.shape[:-1], 2 * angles.shape[-1])
     elif layout == "concat":
         table = jnp.concatenate([sin, cos], axis=-1)
     else:  # concat-cos
         table = jnp.concatenate([cos, sin], axis=-1)
-    return table.astype(resolve_dtype(dtype))
+    return table.astype(dtype)
 
 
 def sinusoidal_2d(positions, dim, *, base=10000.0, axis_order="xy", blocks="per-axis", layout="concat",
