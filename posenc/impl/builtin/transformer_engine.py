@@ -90,8 +90,9 @@ def freqs_table(rotary_dim, *, base, scaling, positions, layout, rows):
     return torch.from_numpy(emb).reshape(rows, 1, 1, rotary_dim)
 
 
-def make_apply_rope(tensor_format: str):
-    """The contract's `apply_rope` through `apply_rotary_pos_emb(fused=False)` in `tensor_format`."""
+def make_apply_rope(tensor_format: str, *, fused: bool = False):
+    """The contract's `apply_rope` through `apply_rotary_pos_emb(fused=fused)` in `tensor_format` (the tables and
+    index tensors on x's device: the fused kernel reads them there; `transformer_engine_fused`)."""
 
     def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
         import torch
@@ -99,7 +100,7 @@ def make_apply_rope(tensor_format: str):
         r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
         pos = positions.numpy()
         rows = offset_rows(tuple(x.shape), pos, what="Transformer Engine's apply_rotary_pos_emb")
-        freqs = freqs_table(r, base=base, scaling=scaling, positions=pos, layout=layout, rows=TABLE_ROWS)
+        freqs = freqs_table(r, base=base, scaling=scaling, positions=pos, layout=layout, rows=TABLE_ROWS).to(x.device)
         moved = x.movedim(rows.seq_axis, -2)  # [*lead, seq, dim]
         seq, dim = moved.shape[-2:]
         offsets = rows.offsets
@@ -109,24 +110,26 @@ def make_apply_rope(tensor_format: str):
             t = moved.transpose(1, 2) if heads_kept else moved.reshape(-1, seq, 1, dim)
             starts = offsets[:, 0] if heads_kept else offsets.reshape(-1)
             out = te.apply_rotary_pos_emb(t, freqs, tensor_format="bshd", start_positions=torch.from_numpy(
-                np.ascontiguousarray(starts)), interleaved=layout == "interleaved", fused=False)
+                np.ascontiguousarray(starts)).to(x.device), interleaved=layout == "interleaved", fused=fused)
             out = out.transpose(1, 2) if heads_kept else out.reshape(moved.shape)
         else:
             count = int(np.prod(moved.shape[:-2]))
             t = moved.reshape(count * seq, 1, dim)
-            cu_seqlens = torch.arange(count + 1, dtype=torch.int32) * seq
+            cu_seqlens = (torch.arange(count + 1, dtype=torch.int32) * seq).to(x.device)
             out = te.apply_rotary_pos_emb(t, freqs, tensor_format="thd", cu_seqlens=cu_seqlens,
-                                          start_positions=torch.from_numpy(offsets.reshape(-1).copy()),
-                                          interleaved=layout == "interleaved", fused=False)
+                                          start_positions=torch.from_numpy(offsets.reshape(-1).copy()).to(x.device),
+                                          interleaved=layout == "interleaved", fused=fused)
             out = out.reshape(moved.shape)
         return out.movedim(-2, rows.seq_axis)
 
     return apply_rope
 
 
-def apply_rope_thd_cp(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
+def apply_rope_thd_cp(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None,
+                      fused=False):
     """The contract's `apply_rope` through `apply_rotary_pos_emb(tensor_format="thd", cp_size, cp_rank)`: rows
-    that are one context-parallel rank's zigzag shard of sequences from 0 (`cu_seqlens` count whole sequences)."""
+    that are one context-parallel rank's zigzag shard of sequences from 0 (`cu_seqlens` count whole sequences);
+    `fused`: TE's fused kernel (`transformer_engine_fused`)."""
     import torch
 
     what = "Transformer Engine's thd path with cp_size / cp_rank"
@@ -135,13 +138,14 @@ def apply_rope_thd_cp(x, positions, *, base=10000.0, layout="half", rotary_dim=N
     cp_size, cp_rank = zigzag_shard(row_positions, what=what)
     if cp_size == 1:
         raise NotSupported(f"{what}: these rows are whole sequences (transformer-engine-thd checks those)")
-    freqs = freqs_table(r, base=base, scaling=scaling, positions=row_positions, layout=layout, rows=TABLE_ROWS)
+    freqs = freqs_table(r, base=base, scaling=scaling, positions=row_positions, layout=layout,
+                        rows=TABLE_ROWS).to(x.device)
     moved = x.movedim(seq_axis, -2)
     count, (seq, dim) = row_positions.shape[0], moved.shape[-2:]
-    cu_seqlens = torch.arange(count + 1, dtype=torch.int32) * seq * cp_size
+    cu_seqlens = (torch.arange(count + 1, dtype=torch.int32) * seq * cp_size).to(x.device)
     out = rope_module().apply_rotary_pos_emb(moved.reshape(count * seq, 1, dim), freqs, tensor_format="thd",
                                              cu_seqlens=cu_seqlens, interleaved=layout == "interleaved",
-                                             fused=False, cp_size=cp_size, cp_rank=cp_rank)
+                                             fused=fused, cp_size=cp_size, cp_rank=cp_rank)
     return out.reshape(moved.shape).movedim(-2, seq_axis)
 
 
