@@ -113,6 +113,7 @@ def family_variants(encoding, fn, args, kwargs):
     if encoding in ("alibi_slopes", "alibi_bias"):
         yield from _slopes_variants(encoding, fn, args, kw)
         if encoding == "alibi_bias":
+            yield from _f16_distance_variant(fn, args, kw)
             form = kw.get("form", "symmetric")
             for other in ALIBI_FORMS:
                 if other != form:
@@ -162,6 +163,26 @@ def family_variants(encoding, fn, args, kwargs):
                    lambda: fn(*args, **{**kw, "antialias": not flag}))
         if _accepts(encoding, "scale"):
             yield from _resize_grid_variants(encoding, fn, args, kw)
+
+
+def _f16_distance_variant(fn, args, kw):
+    """`positions-rounded` of a bias whose distance term (`bias / m_h`: |i - j|, i - j or j) passes through float16
+    before the slope multiplies it: llama.cpp's KQ mask `-|p0 - p1|` cast to F16 under flash attention
+    (llama-kv-cache.cpp, llama-graph.cpp `ggml_cast(kq_mask, GGML_TYPE_F16)`); float16 spaces integers 2 apart
+    past 2048."""
+    from posenc_np.backend import numpy_dtype
+
+    press = np.asarray(_press_slopes(int(args[0]), kw), np.float64)
+    bias = np.asarray(fn(*args, **kw), np.float64)
+    shape = (-1, 1, 1)  # [H, 1, 1] broadcasts against [..., H, q, k]
+    distance = bias / press.reshape(shape)
+    whole = np.round(distance)  # integer distances exactly, so 2049 (a float16 tie) rounds to even
+    distance = np.where(np.abs(distance - whole) <= 1e-9 * np.maximum(1.0, np.abs(whole)), whole, distance)
+    rounded = distance.astype(numpy_dtype("float16")).astype(np.float64)
+    if not np.array_equal(rounded, distance):
+        yield ("positions-rounded", "your outputs equal the spec with the distances rounded to float16 (an F16 "
+                                    "mask: llama.cpp's -|p0 - p1| under flash attention; float16 spaces integers 2 "
+                                    "apart past 2048)", lambda: press.reshape(shape) * rounded)
 
 
 def _press_slopes(heads, kwargs):

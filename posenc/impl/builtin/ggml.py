@@ -17,6 +17,9 @@ Mapping of the contract (tensors are `ne = [head_dim, heads, tokens]`, NumPy `[t
   factors tensor `c` (theta is divided by it: `inv_default / inv_scaled` of the spec, as llama.cpp's
   converter writes `rope_freqs`) with the spec's magnitude as `attn_factor`. Others are skips.
 
+ALiBi (`alibi_bias`, `alibi_slopes`) is `ggml_alibi`'s: `ggml_soft_max_ext(a, mask, scale, max_bias)` with
+llama.cpp's mask `-|p0 - p1|`, F32 (`ggml`) or cast to F16 as under flash attention (`ggml-f16-mask`).
+
 Precision class "float32": theta is formed iteratively in float32 (`theta *= theta_scale` per pair).
 ggml aborts the process on a failed GGML_ASSERT, so every shape it asserts on is checked here first.
 """
@@ -33,7 +36,7 @@ from ._kernel_inputs import frequencies, rotary_width, token_positions
 
 DISTRIBUTION = "ggml-python"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
-NAMES = ('ggml',)
+NAMES = ('ggml', 'ggml-f16-mask')
 
 NORMAL, NEOX, MROPE, VISION, IMROPE = 0, 2, 8, 24, 40
 _FACTOR_TYPES = ("llama3", "longrope", "llamacpp-freq-factors")
@@ -143,15 +146,27 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
     return out.reshape(x.shape).astype(x.dtype, copy=False)
 
 
-def load() -> Implementation:
+def load() -> tuple[Implementation, ...]:
+    """`ggml`: RoPE and ALiBi with an F32 mask (llama.cpp without flash attention); `ggml-f16-mask`: ALiBi
+    with llama.cpp's flash-attention mask, cast to F16 (`ggml_alibi`)."""
     import importlib.metadata
 
+    from . import ggml_alibi
+
     _ggml()
-    return Implementation("ggml", "numpy", {"apply_rope": apply_rope},
-                          version=importlib.metadata.version(DISTRIBUTION), dtypes=("float32", "float16"),
-                          angles="float32",
+    version = importlib.metadata.version(DISTRIBUTION)
+    main = Implementation("ggml", "numpy", {"apply_rope": apply_rope, "alibi_bias": ggml_alibi.alibi_bias,
+                                            "alibi_slopes": ggml_alibi.alibi_slopes},
+                          version=version, dtypes=("float32", "float16"), angles="float32",
                           description="ggml_rope_ext / ggml_rope_multi (NORMAL, NEOX, MROPE, IMROPE, VISION), "
-                                      "llama.cpp's scaling parameters")
+                                      "llama.cpp's scaling parameters; ALiBi from ggml_soft_max_ext(max_bias) "
+                                      "with llama.cpp's F32 mask -|p0 - p1|")
+    # float32 only: a float16 case's own rounding (2^-11 relative) would hide what the F16 mask rounds
+    f16 = Implementation("ggml-f16-mask", "numpy", {"alibi_bias": ggml_alibi.alibi_bias_f16_mask},
+                         version=version, dtypes=("float32",),
+                         description="ALiBi from ggml_soft_max_ext(max_bias) with llama.cpp's flash-attention "
+                                     "mask -|p0 - p1| cast to F16 (distances past 2048 round)")
+    return main, f16
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
