@@ -213,6 +213,21 @@ FINDINGS = (
                          '# True 0.063: never rotated'),
         'still': 'np.array_equal(y[..., pairs], x[..., pairs]) and np.abs(want - x)[..., pairs].max() > 0.01',
     },
+    {
+        'implementation': 'ggml-f16-mask',
+        'title': "llama.cpp's F16 KQ mask rounds ALiBi distances past 2048",
+        'text': ("llama.cpp fills its KQ mask with `-|p0 - p1|` for ALiBi models (llama-kv-cache.cpp "
+                 "`set_input_kq_mask`) and casts it to F16 when flash attention is on (llama-graph.cpp); "
+                 "`ggml_soft_max_ext` / `ggml_flash_attn_ext` then add `slope * mask`. float16 holds integers "
+                 "only to 2048: distances round to even numbers up to 4096, to multiples of 4 up to 8192 (16 "
+                 "past 32768), and past 65504 they become -inf, masking the key. Through `ggml_soft_max_ext` "
+                 "at 12 heads, queries 8184..8191 against keys 0..8191 step 256, the bias is off by up to 1.41 "
+                 "(slope 2^-0.5 times a distance off by 2; the F32 mask: 1.5e-4, float32); one head at slope "
+                 "2^-8 over keys 8189..8193 back gets four equal weights, 0.7 % from softmax(-d/256)."),
+        'reproduction': 'import numpy as np\nimport ggml\nimport ggml.utils\n# llama.cpp\'s ALiBi mask holds -|p0 - p1| (llama-kv-cache.cpp set_input_kq_mask); with flash attention the\n# graph casts it to F16 (llama-graph.cpp: ggml_cast(kq_mask, GGML_TYPE_F16)). One query, keys 8189..8193 back.\nd = np.arange(8189, 8194)\n\n\ndef weights(f16_mask):\n    ctx = ggml.ggml_init(ggml.ggml_init_params(mem_size=16 * 2**20, mem_buffer=None))\n    a = ggml.utils.from_numpy(np.zeros((1, d.size), np.float32), ctx)  # q.k = 0: the weights are the bias\'s\n    mask = ggml.utils.from_numpy(-d[None].astype(np.float32), ctx)\n    if f16_mask:\n        mask = ggml.ggml_cast(ctx, mask, ggml.GGML_TYPE_F16)\n    out = ggml.ggml_soft_max_ext(ctx, a, mask, 1.0, 8.0)  # 1 head, max_bias 8: slope 2^-8\n    graph = ggml.ggml_new_graph(ctx)\n    ggml.ggml_build_forward_expand(graph, out)\n    ggml.ggml_graph_compute_with_ctx(ctx, graph, 1)\n    w = np.array(ggml.utils.to_numpy(out), np.float64).reshape(-1)\n    ggml.ggml_free(ctx)\n    return w\n\n\nw32, w16 = weights(False), weights(True)\nwant = np.exp(-d / 256.0) / np.exp(-d / 256.0).sum()\nprint("F32 mask:", np.abs(w32 / want - 1).max())  # 1e-7: float32\nprint("F16 mask:", np.abs(w16 / want - 1).max(), w16)  # distances 8188, 8192, 8192, 8192, 8192: four equal weights\n',
+        'still': ('np.abs(w32 / want - 1).max() < 1e-6 and np.all(w16[1:] == w16[1]) '
+                  'and np.abs(w16 / want - 1).max() > 1e-3'),
+    },
 )
 
 #: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails
@@ -227,4 +242,8 @@ EXPECTED = {
     'ggml mrope-interleaved-yarn/long': 'angle-precision',
     'ggml mrope-interleaved-longrope/short': 'unknown',
     'ggml mrope-interleaved-longrope/long': 'angle-precision',
+    # llama.cpp's flash-attention mask: -|p0 - p1| cast to F16 (finding above); every case with distances past 2048
+    **{f"ggml-f16-mask {case}": "positions-rounded"
+       for case in ("alibi-symmetric/kv-offset-long", "alibi-symmetric/long", "ggml-alibi/long",
+                    "ggml-alibi/max-bias-4-long")},
 }
