@@ -1,0 +1,208 @@
+"""The GPU-only built-ins (posenc/impl/builtin/flash_attn_alibi.py, transformer_engine_fused.py): on this CPU
+machine the argument mappings they pass to the CUDA kernels, against the float64 spec as pure functions, and
+that `posenc check` reports their cases as skips naming what is missing; on a CUDA machine (the tests marked
+`cuda`) the real kernels through the registry's cases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import posenc_np
+from posenc.adapters import NotSupported
+from posenc.check.cases_bias import HEADS, POSITIONS
+from posenc.check.registry import all_cases
+from posenc.check.run_impl import run_implementations
+from posenc.impl.builtin import builtin_status, flash_attn_alibi, load_builtin, transformer_engine_fused
+from posenc.impl.builtin import transformer_engine as te_builtin
+from posenc_np.attention import causal_mask
+
+ROOT = Path(__file__).resolve().parents[3]
+#: scripts/install_flash_attn_cpu.sh's target: flash-attn's Python files without the CUDA extension
+FLASH_ATTN_CPU = ROOT / ".flash-attn-cpu"
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available())")
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip reasons of a machine without CUDA")
+
+
+def softmax_masked(logits, mask):
+    z = np.where(mask, logits, -np.inf)
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+# --- flash-attn ALiBi: the mapping ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("case_set", ["short", "kv-offset"])
+def test_flash_attn_documented_bias_is_the_symmetric_alibi_at_aligned_positions(case_set):
+    q, k = POSITIONS[case_set]
+    flash_attn_alibi.alignment_offset(q, k)  # these are the index positions flash-attn's bias reads
+    got = flash_attn_alibi.documented_bias(posenc_np.alibi_slopes(HEADS), len(q), len(k))
+    # slopes are powers of two (2^-x) times small integer distances: both sides exact in float64
+    np.testing.assert_array_equal(got, posenc_np.alibi_bias(HEADS, q, k, form="symmetric"))
+
+
+@pytest.mark.parametrize("form", ["causal", "bloom", "symmetric"])
+def test_flash_attn_causal_bias_is_softmax_equal_to_every_form(form):
+    """Under the bottom-right causal mask, flash-attn's documented bias and the one its causal kernel adds
+    (`+m j` on key indices, research families-2026-12 section 3.2) give the contract form's softmax."""
+    q, k = POSITIONS["kv-offset"]
+    slopes = posenc_np.alibi_slopes(HEADS)
+    mask = causal_mask(len(q), len(k))
+    want = softmax_masked(posenc_np.alibi_bias(HEADS, q, k, form=form), mask)
+    documented = flash_attn_alibi.documented_bias(slopes, len(q), len(k))
+    causal_kernel = slopes[:, None, None] * np.arange(len(k))[None, None, :] + np.zeros((1, len(q), 1))
+    for got in (documented, causal_kernel):
+        np.testing.assert_allclose(softmax_masked(got, mask), want, rtol=1e-12, atol=1e-15)  # float64 rounding
+
+
+def test_flash_attn_alignment_accepts_cache_steps_per_row_and_refuses_other_positions():
+    flash_attn_alibi.alignment_offset(np.array([[5, 6], [17, 18]]), np.array([[0, 1, 2, 3, 4, 5, 6],
+                                                                             [12, 13, 14, 15, 16, 17, 18]]))
+    for name in ("long", "left-pad", "kv-offset-long"):  # strided keys, padded rows
+        with pytest.raises(NotSupported, match="bottom-right"):
+            flash_attn_alibi.alignment_offset(*POSITIONS[name])
+    with pytest.raises(NotSupported, match="bottom-right"):  # queries not the last keys
+        flash_attn_alibi.alignment_offset(np.arange(2, 6), np.arange(8))
+
+
+def _flash_attn_files(monkeypatch):
+    if not builtin_status("flash-attn")[0]:
+        if not FLASH_ATTN_CPU.is_dir():
+            pytest.skip("flash-attn is not installed (scripts/install_flash_attn_cpu.sh)")
+        monkeypatch.syspath_prepend(str(FLASH_ATTN_CPU))
+    flash_attn_alibi.get_alibi_slopes.cache_clear()
+
+
+def test_flash_attn_get_alibi_slopes_are_press_slopes(monkeypatch):
+    _flash_attn_files(monkeypatch)
+    for heads in (1, 2, 3, 8, 12, 40, 64, 112):
+        got = np.asarray(flash_attn_alibi.get_alibi_slopes()(heads))
+        # `start * ratio**i`: ratio = 2^-x is rounded once (half an ulp), its i-th power carries i times that,
+        # plus the product's and start's roundings; posenc's 2 ** (-8 (h + 1) / n) is one rounding
+        np.testing.assert_allclose(got, posenc_np.alibi_slopes(heads), rtol=(heads + 3) * np.finfo(float).eps)
+
+
+def test_flash_attn_bias_handle_is_for_attention_only(monkeypatch):
+    _flash_attn_files(monkeypatch)
+    q, k = POSITIONS["kv-offset"]
+    handle = flash_attn_alibi.alibi_bias(HEADS, torch.from_numpy(q), torch.from_numpy(k), form="causal")
+    assert handle.shape == (HEADS, len(q), len(k))
+    with pytest.raises(NotSupported, match="only inside flash_attn_func"):
+        handle - handle  # noqa: B018 - a raw-logit case would judge values flash-attn never exposes
+    with pytest.raises(NotSupported, match="returns no bias tensor"):
+        flash_attn_alibi.alibi_bias(HEADS, torch.from_numpy(q), torch.from_numpy(k), dtype="float16")
+
+
+@no_cuda
+def test_flash_attn_alibi_check_on_a_cpu_reports_skips_naming_cuda(tmp_path):
+    """`posenc check --impl flash-attn-alibi` here: exit 0, no error, the attention cases skipped for want of
+    CUDA, flash-attn's own slopes judged (they run without it)."""
+    if not (builtin_status("flash-attn")[0] or FLASH_ATTN_CPU.is_dir()):
+        pytest.skip("flash-attn is not installed (scripts/install_flash_attn_cpu.sh)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(FLASH_ATTN_CPU), str(ROOT),
+                                                                    os.environ.get("PYTHONPATH")))))
+    out = subprocess.run([sys.executable, "-m", "posenc", "check", "--impl", "flash-attn-alibi", "--encoding",
+                          "alibi", "--jobs", "1", "-q", "--json", str(tmp_path / "check.json")], env=env, capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = json.loads((tmp_path / "check.json").read_text())["records"]
+    statuses = {r["status"] for r in records}
+    assert statuses <= {"pass", "skip"} and "pass" in statuses, statuses
+    attention = [r for r in records if r["case"] == "attention-causal"]
+    assert len(attention) == 3 * 3  # three conventions x the default dtypes float32, bfloat16, float16
+    assert all(r["status"] == "skip" and "no CUDA device" in r["message"] for r in attention)
+
+
+# --- Transformer Engine fused RoPE: the mapping --------------------------------------------------------
+
+def _spy_unfused(monkeypatch):
+    """TE's rope module with `apply_rotary_pos_emb` recording its arguments and running the unfused path."""
+    module = te_builtin.rope_module()
+    real, calls = module.apply_rotary_pos_emb, []
+
+    def spy(t, freqs, **kwargs):
+        calls.append(dict(kwargs, freqs=freqs, t=t))
+        return real(t, freqs, **dict(kwargs, fused=False))
+
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", spy)
+    return calls
+
+
+@pytest.mark.parametrize("tensor_format", ["bshd", "thd"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_te_fused_mapping_gives_the_spec_through_the_unfused_path(monkeypatch, tensor_format, layout):
+    """The arguments the fused built-in passes (fused=True, freqs, start_positions, cu_seqlens), run through
+    TE's unfused path here, rotate as the spec does; what the fused kernel does with them needs CUDA."""
+    if not builtin_status("transformer-engine")[0]:
+        pytest.skip("transformer-engine is not installed")
+    calls = _spy_unfused(monkeypatch)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 6, 16))
+    positions = np.array([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]])[:, None, :]  # rows from 0 and from 7
+    got = te_builtin.make_apply_rope(tensor_format, fused=True)(torch.from_numpy(x), torch.from_numpy(positions),
+                                                                layout=layout)
+    want = posenc_np.apply_rope(x, positions, layout=layout)
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)  # float64 in and out: rounding only
+    (call,) = calls
+    assert call["fused"] is True and call["tensor_format"] == tensor_format
+    assert call["freqs"].dtype == torch.float64 and call["freqs"].shape == (te_builtin.TABLE_ROWS, 1, 1, 16)
+    starts = call["start_positions"].tolist()
+    assert starts == ([0, 7] if tensor_format == "bshd" else [0, 0, 0, 7, 7, 7])  # heads kept / one row each
+
+
+def test_te_fused_thd_cp_mapping_passes_fused(monkeypatch):
+    if not builtin_status("transformer-engine")[0]:
+        pytest.skip("transformer-engine is not installed")
+    calls = _spy_unfused(monkeypatch)
+    x = np.random.default_rng(1).normal(size=(1, 4, 8))
+    positions = np.array([[2, 3, 4, 5]])  # rank 1 of a zigzag shard over cp_size 2: chunks 1 and 2 of 0..7
+    got = transformer_engine_fused.fused_apply_rope_thd_cp().__wrapped__(torch.from_numpy(x),
+                                                                          torch.from_numpy(positions))
+    np.testing.assert_allclose(got.numpy(), posenc_np.apply_rope(x, positions), rtol=0, atol=1e-12)
+    (call,) = calls
+    assert (call["fused"], call["cp_size"], call["cp_rank"]) == (True, 2, 1)
+
+
+@no_cuda
+def test_te_fused_cases_on_a_cpu_are_skips_naming_cuda():
+    if not builtin_status("transformer-engine-fused")[0]:
+        pytest.skip("transformer-engine is not installed")
+    cases = [c for c in all_cases() if c.family == "rope" and c.convention == "hf-llama"]
+    records = run_implementations(cases, load_builtin("transformer-engine-fused"), dtypes=["float32"])
+    assert records and all(r.status == "skip" for r in records)
+    ran = [r for r in records if "declares" not in r.message and "does not accept" not in r.message
+           and "outside" not in r.message and "training" not in r.message]
+    assert ran and all("no CUDA device" in r.message for r in ran), {r.message[:80] for r in ran}
+
+
+# --- the real kernels, where a CUDA device is lent -----------------------------------------------------
+
+@cuda
+def test_flash_attn_alibi_kernel_passes_the_attention_cases(monkeypatch):
+    monkeypatch.setenv("POSENC_DEVICE", "cuda")
+    if flash_attn_alibi.kernel_refusal():
+        pytest.skip(flash_attn_alibi.kernel_refusal())
+    cases = [c for c in all_cases() if c.family == "alibi" and c.case_set == "attention-causal"]
+    records = run_implementations(cases, load_builtin("flash-attn-alibi"), dtypes=["float16", "bfloat16"])
+    assert len(records) == 6 and all(r.status == "pass" for r in records), [(r.convention, r.dtype, r.status,
+                                                                            r.message) for r in records]
+
+
+@cuda
+def test_te_fused_kernel_passes_hf_llama(monkeypatch):
+    monkeypatch.setenv("POSENC_DEVICE", "cuda")
+    if transformer_engine_fused.kernel_refusal():
+        pytest.skip(transformer_engine_fused.kernel_refusal())
+    cases = [c for c in all_cases() if c.family == "rope" and c.convention == "hf-llama" and not c.training]
+    records = run_implementations(cases, load_builtin("transformer-engine-fused"), dtypes=["float32", "bfloat16"])
+    assert not [r for r in records if r.status in ("fail", "error")], [(r.backend, r.case, r.dtype, r.message)
+                                                                       for r in records if r.status != "pass"][:8]
+    assert sum(r.status == "pass" for r in records) >= 10
