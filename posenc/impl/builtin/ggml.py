@@ -161,9 +161,10 @@ def load() -> tuple[Implementation, ...]:
                           description="ggml_rope_ext / ggml_rope_multi (NORMAL, NEOX, MROPE, IMROPE, VISION), "
                                       "llama.cpp's scaling parameters; ALiBi from ggml_soft_max_ext(max_bias) "
                                       "with llama.cpp's F32 mask -|p0 - p1|")
-    # float32 only: a float16 case's own rounding (2^-11 relative) would hide what the F16 mask rounds
+    # float32 only: a float16 case's own rounding (2^-11 relative) would hide what the F16 mask rounds; `angles`
+    # judges RoPE only, the ecosystem table prints it as the precision class (the op computes in float32)
     f16 = Implementation("ggml-f16-mask", "numpy", {"alibi_bias": ggml_alibi.alibi_bias_f16_mask},
-                         version=version, dtypes=("float32",),
+                         version=version, dtypes=("float32",), angles="float32",
                          description="ALiBi from ggml_soft_max_ext(max_bias) with llama.cpp's flash-attention "
                                      "mask -|p0 - p1| cast to F16 (distances past 2048 round)")
     return main, f16
