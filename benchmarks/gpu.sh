@@ -6,8 +6,8 @@
 # Writes OUT_DIR/gpu-rope.md (benchmarks/bench_gpu.py's table), OUT_DIR/check.md and OUT_DIR/check.json
 # (`posenc check --device cuda --backend torch,jax`), OUT_DIR/kernels.md and kernels.json (the installed GPU
 # kernels' built-ins on that device: Liger, flash-attn, Transformer Engine, transformers), OUT_DIR/gpu-only.md and
-# gpu-only.json (the GPU-only built-ins flash-attn-alibi, transformer-engine-fused), OUT_DIR/report.md. OUT_DIR
-# defaults to gpu-run-<date>. Runs on a CPU-only machine too (then every figure is a CPU figure); a quick
+# gpu-only.json (the GPU-only built-ins flash-attn-alibi, transformer-engine-fused, xformers), OUT_DIR/report.md.
+# OUT_DIR defaults to gpu-run-<date>. Runs on a CPU-only machine too (then every figure is a CPU figure); a quick
 # CPU test: POSENC_CHECK_ARGS="--encoding sinusoidal" benchmarks/gpu.sh /tmp/gpu-test --small --reps 3
 #
 # Installs nothing when the frameworks import already (a GPU machine's own CUDA builds of torch/JAX are
@@ -60,9 +60,9 @@ status=$?
 python -m posenc check --device "$device" --impl "$kernels" --encoding rope --timeout 540 -q \
   --markdown "$out/kernels.md" --json "$out/kernels.json"
 kernel_status=$?
-# the GPU-only built-ins (CUDA kernels alone: flash-attn's in-kernel ALiBi, TE's fused RoPE); without CUDA or
-# their CUDA extension every case is a skip naming what is missing (docs/impl.md, "GPU-only built-ins")
-gpu_only=$(python -c 'from posenc.impl.builtin import builtin_status as s; print(",".join(n for n in ("flash-attn-alibi", "transformer-engine-fused") if s(n)[0]))')
+# the GPU-only built-ins (CUDA kernels alone: flash-attn's in-kernel ALiBi, TE's fused RoPE, xformers' rope_padded);
+# without CUDA or their CUDA extension every case is a skip naming what is missing (docs/impl.md, "GPU-only built-ins")
+gpu_only=$(python -c 'from posenc.impl.builtin import builtin_status as s; print(",".join(n for n in ("flash-attn-alibi", "transformer-engine-fused", "xformers") if s(n)[0]))')
 gpu_only_status=none
 if [ -n "$gpu_only" ]; then
   python -m posenc check --device "$device" --impl "$gpu_only" --encoding rope,alibi --timeout 540 -q \

@@ -46,6 +46,7 @@ BUILTINS = {
     "liger-kernel": "liger_kernel",
     "transformer-engine": "transformer_engine",
     "transformer-engine-fused": "transformer_engine_fused",
+    "xformers": "xformers",
     "diffusers": "diffusers",
     "megatron-core": "megatron_core",
     "unsloth": "unsloth",

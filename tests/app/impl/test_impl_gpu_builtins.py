@@ -1,4 +1,4 @@
-"""The GPU-only built-ins (posenc/impl/builtin/flash_attn_alibi.py, transformer_engine_fused.py): on this CPU
+"""The GPU-only built-ins (posenc/impl/builtin/flash_attn_alibi.py, transformer_engine_fused.py, xformers.py): on this CPU
 machine the argument mappings they pass to the CUDA kernels, against the float64 spec as pure functions, and
 that `posenc check` reports their cases as skips naming what is missing; on a CUDA machine (the tests marked
 `cuda`) the real kernels through the registry's cases."""
@@ -20,8 +20,10 @@ from posenc.adapters import NotSupported
 from posenc.check.cases_bias import HEADS, POSITIONS
 from posenc.check.registry import all_cases
 from posenc.check.run_impl import run_implementations
-from posenc.impl.builtin import builtin_status, flash_attn_alibi, load_builtin, transformer_engine_fused
+from posenc.impl import ImplementationUnavailable
+from posenc.impl.builtin import builtin_status, flash_attn_alibi, load_builtin, transformer_engine_fused, xformers
 from posenc.impl.builtin import transformer_engine as te_builtin
+from posenc.impl.resolve import declared_names
 from posenc_np.attention import causal_mask
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -183,6 +185,58 @@ def test_te_fused_cases_on_a_cpu_are_skips_naming_cuda():
     assert ran and all("no CUDA device" in r.message for r in ran), {r.message[:80] for r in ran}
 
 
+# --- xformers rope_padded: the mapping ---------------------------------------------------------------------
+
+def rope_padded_model(rows, layout, *, theta, adjacents):
+    """float64 NumPy transcription of `_rope_padded_kernel` (xformers/ops/_triton/rope_padded_kernels.py at
+    01aedc3) on packed rows `[tokens, dim]`: `seq_pos * theta ** (-2j / dim)`, pairs per `adjacents`."""
+    dim = rows.shape[-1]
+    seq_pos = xformers.kernel_positions(layout).astype(np.float64)[:, None]
+    freqs = seq_pos * theta ** (np.arange(dim // 2) * 2.0 / -dim)
+    re_cols = np.arange(dim // 2) * 2 if adjacents else np.arange(dim // 2)
+    im_cols = re_cols + 1 if adjacents else re_cols + dim // 2
+    out = rows.copy()
+    re, im = rows[:, re_cols], rows[:, im_cols]
+    out[:, re_cols] = re * np.cos(freqs) - im * np.sin(freqs)
+    out[:, im_cols] = im * np.cos(freqs) + re * np.sin(freqs)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_xformers_padded_layout_puts_each_row_at_its_positions(layout):
+    """The mask arguments the adapter builds make the kernel's `seq_pos` the case's positions, and the kernel's
+    formula with `theta=base`, `adjacents=(layout == "interleaved")` is the spec's rotation."""
+    offsets, seq = np.array([0, 7, 4090, 3]), 5
+    plan = xformers.padded_layout(offsets, seq)
+    assert plan["kv_padding"] == 4095 and plan["q_seqlen"] == [5] * 4
+    positions = offsets[:, None] + np.arange(seq)
+    np.testing.assert_array_equal(xformers.kernel_positions(plan), positions.reshape(-1))
+    x = np.random.default_rng(2).normal(size=(4, seq, 16))
+    got = rope_padded_model(x.reshape(-1, 16), plan, theta=500000.0, adjacents=layout == "interleaved")
+    want = posenc_np.apply_rope(x, positions, base=500000.0, layout=layout).reshape(-1, 16)
+    # angles up to 4094 rad formed two ways in float64 (pow here, posenc's inv_freq): ~1e-12 apart; a swapped
+    # pair layout or base is O(1) off
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+
+def test_xformers_padded_layout_refuses_negative_and_huge_positions():
+    with pytest.raises(NotSupported, match="from 0"):
+        xformers.padded_layout([-1, 0], 4)
+    with pytest.raises(NotSupported, match="KV cache"):
+        xformers.padded_layout([xformers.MAX_CACHE_ROWS], 4)
+
+
+@no_cuda
+def test_xformers_without_cuda_is_unavailable_or_skips_naming_what_is_missing():
+    x, positions = torch.zeros(1, 2, 4, 16), torch.arange(4)
+    for apply_rope in (xformers.make_apply_rope(), xformers.make_apply_rope(cache_k=True)):
+        with pytest.raises(NotSupported, match="no CUDA device"):
+            apply_rope(x, positions)
+    if not builtin_status("xformers")[0]:  # `posenc check --impl xformers` is exit 2 with this message
+        with pytest.raises(ImplementationUnavailable, match="xformers is not installed"):
+            declared_names("xformers")
+
+
 # --- the real kernels, where a CUDA device is lent -----------------------------------------------------
 
 @cuda
@@ -203,6 +257,19 @@ def test_te_fused_kernel_passes_hf_llama(monkeypatch):
         pytest.skip(transformer_engine_fused.kernel_refusal())
     cases = [c for c in all_cases() if c.family == "rope" and c.convention == "hf-llama" and not c.training]
     records = run_implementations(cases, load_builtin("transformer-engine-fused"), dtypes=["float32", "bfloat16"])
+    assert not [r for r in records if r.status in ("fail", "error")], [(r.backend, r.case, r.dtype, r.message)
+                                                                       for r in records if r.status != "pass"][:8]
+    assert sum(r.status == "pass" for r in records) >= 10
+
+
+@cuda
+def test_xformers_rope_padded_passes_hf_llama_and_meta_llama(monkeypatch):
+    monkeypatch.setenv("POSENC_DEVICE", "cuda")
+    if xformers.kernel_refusal():
+        pytest.skip(xformers.kernel_refusal())
+    cases = [c for c in all_cases() if c.family == "rope" and c.convention in ("hf-llama", "meta-llama")
+             and not c.training]
+    records = run_implementations(cases, load_builtin("xformers"), dtypes=["float32", "float16"])
     assert not [r for r in records if r.status in ("fail", "error")], [(r.backend, r.case, r.dtype, r.message)
                                                                        for r in records if r.status != "pass"][:8]
     assert sum(r.status == "pass" for r in records) >= 10
