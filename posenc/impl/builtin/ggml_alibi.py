@@ -1,6 +1,6 @@
-"""ggml's ALiBi, llama.cpp's: `ggml_soft_max_ext(a, mask, scale, max_bias)` (ggml include/ggml.h; CPU kernel
-`ggml_compute_forward_soft_max_f32`, src/ggml-cpu/ops.cpp L5344-5450 of the ggml vendored by ggml-python 0.0.45)
-computes, per head h of `a`'s `ne[2]` and per row,
+"""ggml's ALiBi, llama.cpp's: `ggml_soft_max_ext(a, mask, scale, max_bias)` (ggml include/ggml.h L1735; CPU
+kernel `ggml_compute_forward_soft_max_f32`, src/ggml-cpu/ops.cpp L5344-5450, slopes L5375-5397, in the ggml that
+ggml-python 0.0.45 vendors) computes, per head h of `a`'s `ne[2]` and per row,
 
     n_log2 = 2^floor(log2 n_head),  m0 = 2^(-max_bias / n_log2),  m1 = 2^(-max_bias / 2 / n_log2)
     slope_h = m0^(h + 1) for h < n_log2, else m1^(2 (h - n_log2) + 1)        (powf, float32)

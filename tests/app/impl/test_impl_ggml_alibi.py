@@ -49,7 +49,7 @@ def test_bias_equals_the_spec_on_cache_positions(max_bias):
 
 
 def _ggml_rule(heads, max_bias):
-    """ggml ops.cpp L5375-5393 re-typed: float32 bases m0 = powf(2, -max_bias / n_log2), m1 = powf(2, -max_bias / 2 /
+    """ggml ops.cpp L5375-5397 re-typed: float32 bases m0 = powf(2, -max_bias / n_log2), m1 = powf(2, -max_bias / 2 /
     n_log2) raised to the head's exponent in float64 (powf rounds that once more); and the exponents."""
     n_log2 = 2 ** int(np.floor(np.log2(heads)))
     m0, m1 = (float(np.float32(2.0 ** (-b / n_log2))) for b in (max_bias, max_bias / 2))
