@@ -104,9 +104,12 @@ def alibi_weights_bias(num_heads, q_positions, k_positions, *, max_bias, f16_mas
     q = _positions("q_positions", check_real_positions("q_positions", q_positions))
     k = _positions("k_positions", check_real_positions("k_positions", k_positions))
     lead = check_position_pair(q.shape, k.shape)
-    q = np.broadcast_to(q, lead + q.shape[-1:]).reshape(-1, q.shape[-1])
-    k = np.broadcast_to(k, lead + k.shape[-1:]).reshape(-1, k.shape[-1])
-    batch, rows, cols = q.shape[0], q.shape[1], k.shape[1] + 1
+    batch = int(np.prod(lead, dtype=np.int64))
+    q = np.broadcast_to(q, lead + q.shape[-1:]).reshape(batch, q.shape[-1])
+    k = np.broadcast_to(k, lead + k.shape[-1:]).reshape(batch, k.shape[-1])
+    rows, cols = q.shape[1], k.shape[1] + 1
+    if batch * rows * (cols - 1) == 0:  # ggml asserts on empty tensors (and aborts): nothing to compute
+        return np.zeros(lead + (num_heads, rows, cols - 1))
     if batch * num_heads * rows * cols > _MAX_ELEMENTS:
         raise NotSupported(f"{batch * num_heads * rows * cols} softmax elements are past this adapter's "
                            f"{_MAX_ELEMENTS} (one float32 row per query and head)")
@@ -140,7 +143,9 @@ def _alibi_bias(f16_mask):
         llama.cpp's mask `-|p0 - p1|` (module docstring)."""
         heads = _check(num_heads, form, max_bias)
         bias = alibi_weights_bias(heads, q_positions, k_positions, max_bias=float(max_bias), f16_mask=f16_mask)
-        return bias.astype(dtype or "float32")
+        from posenc_np.backend import numpy_dtype
+
+        return bias.astype(numpy_dtype(dtype or "float32"))
 
     alibi_bias.__qualname__ = f"ggml_alibi_bias_{'f16' if f16_mask else 'f32'}_mask"
     return alibi_bias

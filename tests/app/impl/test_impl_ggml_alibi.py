@@ -121,6 +121,9 @@ def test_what_ggml_cannot_express_is_a_skip_and_bad_input_an_error():
         ggml_alibi.alibi_slopes(0)
     with pytest.raises(ValueError, match="q_positions"):
         ggml_alibi.alibi_bias(HEADS, np.array(3), K)
+    # empty inputs return an empty bias without reaching ggml, which asserts on empty tensors (and aborts)
+    assert ggml_alibi.alibi_bias(HEADS, Q[:0], K).shape == (HEADS, 0, K.size)
+    assert ggml_alibi.alibi_bias(HEADS, np.zeros((0, 4), int), Q).shape == (0, HEADS, 4, Q.size)
     with pytest.raises(ValueError, match="soft_max_ext"):  # checked before ggml's GGML_ASSERT would abort
         ggml_alibi.soft_max_ext(np.zeros((1, 2, 3, 4)), np.zeros((1, 1, 2, 4)), max_bias=8.0, f16_mask=False)
 
