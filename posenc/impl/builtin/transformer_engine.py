@@ -98,7 +98,7 @@ def make_apply_rope(tensor_format: str, *, fused: bool = False):
         import torch
 
         r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
-        pos = positions.numpy()
+        pos = positions.cpu().numpy()  # the case's positions are placed on --device too
         rows = offset_rows(tuple(x.shape), pos, what="Transformer Engine's apply_rotary_pos_emb")
         freqs = freqs_table(r, base=base, scaling=scaling, positions=pos, layout=layout, rows=TABLE_ROWS).to(x.device)
         moved = x.movedim(rows.seq_axis, -2)  # [*lead, seq, dim]
@@ -134,7 +134,7 @@ def apply_rope_thd_cp(x, positions, *, base=10000.0, layout="half", rotary_dim=N
 
     what = "Transformer Engine's thd path with cp_size / cp_rank"
     r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
-    seq_axis, row_positions = sequence_rows(tuple(x.shape), positions.numpy(), what=what)
+    seq_axis, row_positions = sequence_rows(tuple(x.shape), positions.cpu().numpy(), what=what)
     cp_size, cp_rank = zigzag_shard(row_positions, what=what)
     if cp_size == 1:
         raise NotSupported(f"{what}: these rows are whole sequences (transformer-engine-thd checks those)")

@@ -102,7 +102,7 @@ def make_apply_rope(*, internal_dtype: str = "", cache_k: bool = False):
         from xformers.ops import rope_padded
         from xformers.ops.fmha.attn_bias import BlockDiagonalCausalWithOffsetPaddedKeysMask
 
-        rows = offset_rows(tuple(x.shape), positions.numpy(), what="xformers' rope_padded")
+        rows = offset_rows(tuple(x.shape), positions.cpu().numpy(), what="xformers' rope_padded")  # placed on --device
         moved = x.movedim(rows.seq_axis, -2)  # [*lead, seq, dim]
         seq, dim = moved.shape[-2:]
         plan = padded_layout(rows.offsets, seq)
