@@ -103,6 +103,46 @@ def test_flash_attn_bias_handle_is_for_attention_only(monkeypatch):
         flash_attn_alibi.alibi_bias(HEADS, torch.from_numpy(q), torch.from_numpy(k), dtype="float16")
 
 
+def reference_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_func as its docstring states it, in float64 torch on (batch, seqlen, nheads, headdim): the
+    bias `-slope * |i + k_len - q_len - j|` after the scale, the bottom-right causal mask, out in q's dtype."""
+    qf, kf, vf = (t.double().transpose(1, 2) for t in (q, k, v))  # (b, h, s, d)
+    q_len, k_len = qf.shape[-2], kf.shape[-2]
+    logits = softmax_scale * qf @ kf.transpose(-1, -2)
+    i, j = torch.arange(q_len)[:, None], torch.arange(k_len)[None, :]
+    if alibi_slopes is not None:
+        logits = logits - alibi_slopes.double()[:, None, None] * (i + k_len - q_len - j).abs()
+    if causal:
+        logits = logits.masked_fill(j > i + k_len - q_len, -float("inf"))
+    return (torch.softmax(logits, -1) @ vf).transpose(1, 2).to(q.dtype)
+
+
+@pytest.mark.parametrize("form", ["causal", "bloom", "symmetric"])
+def test_flash_attn_alibi_attention_plumbing_against_the_spec(monkeypatch, form):
+    """The adapter's `attention` (padding, identity values, transposes, slopes, scale) with flash_attn_func
+    replaced by its documented semantics gives the spec's attention-causal output and weights."""
+    _flash_attn_files(monkeypatch)
+    q_pos, k_pos = POSITIONS["kv-offset"]
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.normal(size=(2, HEADS, n, 8)).astype(np.float16) for n in (len(q_pos), len(k_pos), len(k_pos)))
+    handle = flash_attn_alibi.alibi_bias(HEADS, torch.from_numpy(q_pos), torch.from_numpy(k_pos), form=form)
+    stand_in = type(sys)("flash_attn")  # after the slopes are read from the installed files
+    stand_in.flash_attn_func = reference_flash_attn_func
+    monkeypatch.setitem(sys.modules, "flash_attn", stand_in)
+    monkeypatch.setattr(flash_attn_alibi, "_require_kernel", lambda device: None)
+    out, weights = flash_attn_alibi.attention(*(torch.from_numpy(t) for t in (q, k, v)), bias=handle, causal=True)
+    want_out, want_weights = posenc_np.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                                 bias=posenc_np.alibi_bias(HEADS, q_pos, k_pos, form=form),
+                                                 causal=True)
+    # float64 inside the stand-in: only the float16 rounding of its outputs (|values| < 4: 2e-3) remains
+    np.testing.assert_allclose(out.double().numpy(), want_out, rtol=0, atol=4e-3)
+    np.testing.assert_allclose(weights.double().numpy(), want_weights, rtol=0, atol=1e-3)  # weights <= 1
+    with pytest.raises(NotSupported, match="float16 and bfloat16"):
+        flash_attn_alibi.attention(*(torch.from_numpy(t.astype(np.float32)) for t in (q, k, v)), bias=handle,
+                                   causal=True)
+
+
 @no_cuda
 def test_flash_attn_alibi_check_on_a_cpu_reports_skips_naming_cuda(tmp_path):
     """`posenc check --impl flash-attn-alibi` here: exit 0, no error, the attention cases skipped for want of
