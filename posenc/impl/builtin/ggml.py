@@ -18,7 +18,8 @@ Mapping of the contract (tensors are `ne = [head_dim, heads, tokens]`, NumPy `[t
   converter writes `rope_freqs`) with the spec's magnitude as `attn_factor`. Others are skips.
 
 ALiBi (`alibi_bias`, `alibi_slopes`) is `ggml_alibi`'s: `ggml_soft_max_ext(a, mask, scale, max_bias)` with
-llama.cpp's mask `-|p0 - p1|`, F32 (`ggml`) or cast to F16 as under flash attention (`ggml-f16-mask`).
+llama.cpp's mask `-|p0 - p1|`, F32 (`ggml`) or cast to F16 as under flash attention (`ggml-f16-mask`), and
+`ggml_flash_attn_ext(q, k, v, mask, scale, max_bias, 0)` with the F16 mask (`ggml-flash-attn`).
 
 Precision class "float32": theta is formed iteratively in float32 (`theta *= theta_scale` per pair).
 ggml aborts the process on a failed GGML_ASSERT, so every shape it asserts on is checked here first.
@@ -36,7 +37,7 @@ from ._kernel_inputs import frequencies, rotary_width, token_positions
 
 DISTRIBUTION = "ggml-python"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
-NAMES = ('ggml', 'ggml-f16-mask')
+NAMES = ('ggml', 'ggml-f16-mask', 'ggml-flash-attn')
 
 NORMAL, NEOX, MROPE, VISION, IMROPE = 0, 2, 8, 24, 40
 _FACTOR_TYPES = ("llama3", "longrope", "llamacpp-freq-factors")
@@ -148,7 +149,8 @@ def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, sc
 
 def load() -> tuple[Implementation, ...]:
     """`ggml`: RoPE and ALiBi with an F32 mask (llama.cpp without flash attention); `ggml-f16-mask`: ALiBi
-    with llama.cpp's flash-attention mask, cast to F16 (`ggml_alibi`)."""
+    with llama.cpp's flash-attention mask, cast to F16; `ggml-flash-attn`: ALiBi through `ggml_flash_attn_ext`
+    itself, as llama.cpp runs it with flash attention on (`ggml_alibi`)."""
     import importlib.metadata
 
     from . import ggml_alibi
@@ -167,7 +169,11 @@ def load() -> tuple[Implementation, ...]:
                          version=version, dtypes=("float32",), angles="float32",
                          description="ALiBi from ggml_soft_max_ext(max_bias) with llama.cpp's flash-attention "
                                      "mask -|p0 - p1| cast to F16 (distances past 2048 round)")
-    return main, f16
+    flash = Implementation("ggml-flash-attn", "numpy", {"alibi_bias": ggml_alibi.alibi_bias_flash_attn},
+                           version=version, dtypes=("float32",), angles="float32",
+                           description="ALiBi from ggml_flash_attn_ext(max_bias), llama.cpp's flash-attention "
+                                       "path, with its F16 mask -|p0 - p1| (the weights through an identity V)")
+    return main, f16, flash
 
 
 #: how to install what this adapter runs (the ecosystem table's recipe)
@@ -244,7 +250,7 @@ EXPECTED = {
     'ggml mrope-interleaved-longrope/short': 'unknown',
     'ggml mrope-interleaved-longrope/long': 'angle-precision',
     # llama.cpp's flash-attention mask: -|p0 - p1| cast to F16 (finding above); every case with distances past 2048
-    **{f"ggml-f16-mask {case}": "positions-rounded"
+    **{f"ggml-{variant} {case}": "positions-rounded" for variant in ("f16-mask", "flash-attn")
        for case in ("alibi-symmetric/kv-offset-long", "alibi-symmetric/long", "ggml-alibi/long",
                     "ggml-alibi/max-bias-4-long")},
 }

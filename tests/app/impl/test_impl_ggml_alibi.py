@@ -1,7 +1,8 @@
 """The ggml built-in's ALiBi (posenc/impl/builtin/ggml_alibi.py): `ggml_soft_max_ext(a, mask, scale, max_bias)`
 with llama.cpp's mask `-|p0 - p1|`, its bias read back from the softmax weights, against the float64 spec on
 KV-cache positions at max_bias 8 and 4; the F16 mask (llama.cpp under flash attention) rounding distances past
-2048, named `positions-rounded` by the judge; skips and errors; `posenc check --impl ggml --encoding alibi`."""
+2048, through `ggml_soft_max_ext` and through `ggml_flash_attn_ext` itself (its three CPU paths), named
+`positions-rounded` by the judge; skips and errors; `posenc check --impl ggml --encoding alibi`."""
 
 from __future__ import annotations
 
@@ -79,10 +80,21 @@ def test_leading_batch_axes_give_one_bias_per_row():
     assert np.abs(got - want).max() <= _tol(want)
 
 
-def test_f16_mask_rounds_distances_past_2048_only():
-    f16 = ggml_alibi.alibi_bias_f16_mask(HEADS, Q, K, dtype="float64")
-    want = posenc_np.alibi_bias(HEADS, Q, K)
-    distance = np.abs(Q[:, None] - K[None, :])
+def _f16_mask_paths():
+    """The F16-mask functions and the inputs each runs on: `ggml_soft_max_ext`, and `ggml_flash_attn_ext`'s three CPU
+    paths (ops.cpp L8994-9060: split KV for one query against 512+ keys, Q tiles of 64 queries, one chunk)."""
+    return [pytest.param(ggml_alibi.alibi_bias_f16_mask, Q, K, id="soft_max"),
+            pytest.param(ggml_alibi.alibi_bias_flash_attn, Q, K[::7], id="flash-attn-one-chunk"),
+            pytest.param(ggml_alibi.alibi_bias_flash_attn, Q[-1:], K[::7], id="flash-attn-split-kv"),
+            pytest.param(ggml_alibi.alibi_bias_flash_attn, np.arange(8000, 8064), np.arange(0, 8064, 128),
+                         id="flash-attn-tiled")]
+
+
+@pytest.mark.parametrize(("fn", "q", "k"), _f16_mask_paths())
+def test_f16_mask_rounds_distances_past_2048_only(fn, q, k):
+    f16 = fn(HEADS, q, k, dtype="float64")
+    want = posenc_np.alibi_bias(HEADS, q, k)
+    distance = np.abs(q[:, None] - k[None, :])
     rounded = -posenc_np.alibi_slopes(HEADS)[:, None, None] * distance.astype(np.float16).astype(np.float64)
     tol = _tol(want)
     assert np.abs(f16 - rounded).max() <= tol  # exactly the F16 mask's distances
@@ -101,9 +113,9 @@ def test_f16_mask_is_named_positions_rounded_by_the_judge():
     assert verdicts == {
         ("ggml", "long"): ("pass", None), ("ggml", "max-bias-4-long"): ("pass", None),
         ("ggml", "max-bias-16-kv-offset"): ("pass", None),
-        ("ggml-f16-mask", "long"): ("fail", "positions-rounded"),
-        ("ggml-f16-mask", "max-bias-4-long"): ("fail", "positions-rounded"),
-        ("ggml-f16-mask", "max-bias-16-kv-offset"): ("pass", None),  # distances below 32
+        **{(f"ggml-{variant}", case): verdict for variant in ("f16-mask", "flash-attn") for case, verdict in (
+            ("long", ("fail", "positions-rounded")), ("max-bias-4-long", ("fail", "positions-rounded")),
+            ("max-bias-16-kv-offset", ("pass", None)))},  # distances below 32
     }, verdicts
 
 
@@ -139,8 +151,8 @@ def test_the_cli_runs_ggml_alibi(tmp_path):
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]  # the F16 mask's failures
     ran = [r for r in records if r["backend"] == "ggml" and r["status"] != "skip"]
     assert len(ran) >= 20 and all(r["status"] == "pass" for r in ran)
-    failed = {(r["convention"], r["case"]): r["diagnosis"] for r in records
-              if r["backend"] == "ggml-f16-mask" and r["status"] != "pass" and r["status"] != "skip"}
-    assert failed == {(c, s): "positions-rounded" for c, s in (
+    failed = {(r["backend"], r["convention"], r["case"]): r["diagnosis"] for r in records
+              if r["status"] != "pass" and r["status"] != "skip"}
+    assert failed == {(b, c, s): "positions-rounded" for b in ("ggml-f16-mask", "ggml-flash-attn") for c, s in (
         ("alibi-symmetric", "long"), ("alibi-symmetric", "kv-offset-long"), ("ggml-alibi", "long"),
         ("ggml-alibi", "max-bias-4-long"))}, failed
