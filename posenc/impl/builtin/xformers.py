@@ -63,6 +63,14 @@ def kernel_refusal() -> str | None:
     return None
 
 
+def _require_kernel(device) -> None:
+    reason = kernel_refusal()
+    if reason:
+        raise NotSupported(reason)
+    if device.type != "cuda":
+        raise NotSupported(f"rope_padded takes CUDA tensors; these are on {device} (run with --device cuda)")
+
+
 def padded_layout(offsets, seq: int) -> dict:
     """The `BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens` arguments for rows starting at `offsets`
     (`[R]` non-negative ints), `seq` queries each: `q_seqlen`, `kv_seqlen`, `kv_padding` (module docstring)."""
@@ -90,11 +98,7 @@ def make_apply_rope(*, internal_dtype: str = "", cache_k: bool = False):
     def apply_rope(x, positions, *, base=10000.0, layout="half", rotary_dim=None, scaling=None, rotary_pct=None):
         import torch
 
-        reason = kernel_refusal()
-        if reason:
-            raise NotSupported(reason)
-        if x.device.type != "cuda":
-            raise NotSupported(f"rope_padded takes CUDA tensors; these are on {x.device} (run with --device cuda)")
+        _require_kernel(x.device)
         if rotary_width(x.shape[-1], rotary_dim, rotary_pct) != x.shape[-1]:
             raise NotSupported("rope_padded rotates the whole head dim (no partial rotary)")
         if scaling is not None:

@@ -5,6 +5,7 @@ that `posenc check` reports their cases as skips naming what is missing; on a CU
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -227,11 +228,11 @@ def test_te_fused_cases_on_a_cpu_are_skips_naming_cuda():
 
 # --- xformers rope_padded: the mapping ---------------------------------------------------------------------
 
-def rope_padded_model(rows, layout, *, theta, adjacents):
+def rope_padded_model(rows, plan, *, theta, adjacents):
     """float64 NumPy transcription of `_rope_padded_kernel` (xformers/ops/_triton/rope_padded_kernels.py at
     01aedc3) on packed rows `[tokens, dim]`: `seq_pos * theta ** (-2j / dim)`, pairs per `adjacents`."""
     dim = rows.shape[-1]
-    seq_pos = xformers.kernel_positions(layout).astype(np.float64)[:, None]
+    seq_pos = xformers.kernel_positions(plan).astype(np.float64)[:, None]
     freqs = seq_pos * theta ** (np.arange(dim // 2) * 2.0 / -dim)
     re_cols = np.arange(dim // 2) * 2 if adjacents else np.arange(dim // 2)
     im_cols = re_cols + 1 if adjacents else re_cols + dim // 2
@@ -264,6 +265,52 @@ def test_xformers_padded_layout_refuses_negative_and_huge_positions():
         xformers.padded_layout([-1, 0], 4)
     with pytest.raises(NotSupported, match="KV cache"):
         xformers.padded_layout([xformers.MAX_CACHE_ROWS], 4)
+
+
+def _stand_in_xformers(monkeypatch):
+    """`xformers.ops.rope_padded` and its mask class as rope_padded.py / rope_padded_kernels.py state them
+    (float64 NumPy, `rope_padded_model`): queries rotated into `out_q`, keys into `cache_k` at `seqstart_k[b] +
+    seq_pos`, values into `cache_v`."""
+    class PaddedKeysMask:
+        @classmethod
+        def from_seqlens(cls, q_seqlen, kv_padding, kv_seqlen, causal_diagonal=None):
+            mask = cls()
+            mask.layout = {"q_seqlen": list(q_seqlen), "kv_padding": kv_padding, "kv_seqlen": list(kv_seqlen)}
+            return mask
+
+    def rope_padded(xq, xk, xv, cache_k, cache_v, attn_bias, *, theta=10000.0, out_q=None, adjacents=True,
+                    internal_dtype=""):
+        plan, dim = attn_bias.layout, xq.shape[-1]
+        rotate = functools.partial(rope_padded_model, plan=plan, theta=theta, adjacents=adjacents)
+        out_q = torch.from_numpy(rotate(xq[0, :, 0].double().numpy())).to(xq.dtype).reshape(xq.shape)
+        starts = np.repeat(np.arange(len(plan["q_seqlen"])) * plan["kv_padding"], plan["q_seqlen"])
+        slots = torch.from_numpy(starts + xformers.kernel_positions(plan))
+        cache_k[0, slots, 0] = torch.from_numpy(rotate(xk[0, :, 0].double().numpy())).to(cache_k.dtype)
+        cache_v[0, slots] = xv[0]
+        assert dim == cache_k.shape[-1]
+        return out_q
+
+    modules = {name: type(sys)(name) for name in ("xformers", "xformers.ops", "xformers.ops.fmha",
+                                                  "xformers.ops.fmha.attn_bias")}
+    modules["xformers.ops"].rope_padded = rope_padded
+    modules["xformers.ops.fmha.attn_bias"].BlockDiagonalCausalWithOffsetPaddedKeysMask = PaddedKeysMask
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(xformers, "_require_kernel", lambda device: None)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("cache_k", [False, True])
+def test_xformers_apply_rope_plumbing_against_the_spec(monkeypatch, layout, cache_k):
+    """The adapter's packing of rows, the mask it builds and the cache rows it reads back, with rope_padded
+    replaced by its stated semantics, give the spec's rotation for per-row offsets."""
+    _stand_in_xformers(monkeypatch)
+    x = np.random.default_rng(4).normal(size=(2, 3, 5, 16))  # [batch, heads, seq, dim]
+    positions = (np.array([[0], [40]]) + np.arange(5))[:, None, :]  # rows from 0 and from 40
+    got = xformers.make_apply_rope(cache_k=cache_k)(torch.from_numpy(x), torch.from_numpy(positions), layout=layout,
+                                                    base=10000.0)
+    # float64 throughout: angles up to 44 rad formed two ways, ~1e-14 apart
+    np.testing.assert_allclose(got.numpy(), posenc_np.apply_rope(x, positions, layout=layout), rtol=0, atol=1e-12)
 
 
 @no_cuda
