@@ -113,7 +113,7 @@ def make_apply_rope(*, tensor_offsets: bool = True, inplace: bool = False, varle
         import torch
 
         r = rotary_width(x.shape[-1], rotary_dim, rotary_pct)
-        pos = positions.numpy()
+        pos = positions.cpu().numpy()  # the case's positions are placed on --device too
         rows = offset_rows(tuple(x.shape), pos, what="flash-attn's apply_rotary_emb")
         moved = x.movedim(rows.seq_axis, -2)  # [*lead, seq, dim]
         offsets = rows.offsets
@@ -123,17 +123,18 @@ def make_apply_rope(*, tensor_offsets: bool = True, inplace: bool = False, varle
         else:
             kernel_x, offsets = moved.reshape(-1, *moved.shape[-2:]).unsqueeze(2), offsets.reshape(-1)
         if tensor_offsets:
-            seqlen_offsets = torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64))
+            seqlen_offsets = torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)).to(x.device)
         elif rows.uniform:
             seqlen_offsets = int(offsets.flat[0]) if offsets.size else 0
         else:
             raise NotSupported("flash-attn's int seqlen_offsets is one offset for the batch; these rows start at "
                                f"{sorted(set(offsets.tolist()))[:4]}")
-        cos, sin = spec_tables(r, base=base, scaling=scaling, positions=pos, dtype=x.dtype, rows=TABLE_ROWS)
+        cos, sin = (t.to(x.device) for t in spec_tables(r, base=base, scaling=scaling, positions=pos, dtype=x.dtype,
+                                                         rows=TABLE_ROWS))  # the kernel reads them on x's device
         interleaved = layout == "interleaved"
         if varlen:  # the packed (total_seqlen, nheads, headdim) form: every row one sequence
             batch, seq = kernel_x.shape[:2]
-            cu_seqlens = torch.arange(batch + 1, dtype=torch.int32) * seq
+            cu_seqlens = (torch.arange(batch + 1, dtype=torch.int32) * seq).to(x.device)
             out = rotary_layers().apply_rotary_emb(kernel_x.reshape(batch * seq, *kernel_x.shape[2:]), cos, sin,
                                                    interleaved=interleaved, inplace=inplace,
                                                    seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens,
