@@ -23,7 +23,7 @@ added after the `softmax_scale` product (post-scale units, as the contract's `at
   attention output is flash-attn's.
 * positions: the kernel sees indices, so the case's positions must be bottom-right aligned: keys
   `k0, k0 + 1, ..., k0 + k_len - 1` and queries the last q_len of them shifted to `k0 + k_len - q_len + i`
-  (a KV-cache step; `alignment_offset`). Then `q_pos[i] - k_pos[j] = i + k_len - q_len - j` and the documented
+  (a KV-cache step; `require_alignment`). Then `q_pos[i] - k_pos[j] = i + k_len - q_len - j` and the documented
   bias is the contract's `form="symmetric"` exactly. Other positions (left padding, strided keys) are skips.
 * forms: "symmetric" runs causal or not; "causal" (`-m (i - j)`) equals it on the keys a causal mask keeps and
   "bloom" (`+m j`) differs from it by `m i` along a row: both only with `causal=True` (softmax-equal), else skips.
@@ -98,7 +98,7 @@ def _require_kernel(device) -> None:
         raise NotSupported(f"flash_attn_func takes CUDA tensors; these are on {device} (run with --device cuda)")
 
 
-def alignment_offset(q_positions, k_positions) -> None:
+def require_alignment(q_positions, k_positions) -> None:
     """Check the case's positions are the indices flash-attn's bias reads, bottom-right aligned: every row's
     keys `k0 .. k0 + k_len - 1` and queries `k0 + k_len - q_len .. k0 + k_len - 1`. NotSupported otherwise."""
     q = np.asarray(q_positions)
@@ -148,7 +148,7 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bia
         raise NotSupported(f"flash-attn's get_alibi_slopes(nheads) has no max_bias (8 built in), not {max_bias:g}")
     ad = adapter("torch")
     q, k = np.asarray(ad.to_numpy(q_positions)), np.asarray(ad.to_numpy(k_positions))
-    alignment_offset(q, k)
+    require_alignment(q, k)
     slopes = np.asarray(get_alibi_slopes()(int(num_heads)), dtype=np.float64)
     bias = documented_bias(slopes, q.shape[-1], k.shape[-1])
     if q.ndim == 2:

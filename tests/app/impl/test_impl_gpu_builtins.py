@@ -46,7 +46,7 @@ def softmax_masked(logits, mask):
 @pytest.mark.parametrize("case_set", ["short", "kv-offset"])
 def test_flash_attn_documented_bias_is_the_symmetric_alibi_at_aligned_positions(case_set):
     q, k = POSITIONS[case_set]
-    flash_attn_alibi.alignment_offset(q, k)  # these are the index positions flash-attn's bias reads
+    flash_attn_alibi.require_alignment(q, k)  # these are the index positions flash-attn's bias reads
     got = flash_attn_alibi.documented_bias(posenc_np.alibi_slopes(HEADS), len(q), len(k))
     # slopes are powers of two (2^-x) times small integer distances: both sides exact in float64
     np.testing.assert_array_equal(got, posenc_np.alibi_bias(HEADS, q, k, form="symmetric"))
@@ -67,13 +67,13 @@ def test_flash_attn_causal_bias_is_softmax_equal_to_every_form(form):
 
 
 def test_flash_attn_alignment_accepts_cache_steps_per_row_and_refuses_other_positions():
-    flash_attn_alibi.alignment_offset(np.array([[5, 6], [17, 18]]), np.array([[0, 1, 2, 3, 4, 5, 6],
+    flash_attn_alibi.require_alignment(np.array([[5, 6], [17, 18]]), np.array([[0, 1, 2, 3, 4, 5, 6],
                                                                              [12, 13, 14, 15, 16, 17, 18]]))
     for name in ("long", "left-pad", "kv-offset-long"):  # strided keys, padded rows
         with pytest.raises(NotSupported, match="bottom-right"):
-            flash_attn_alibi.alignment_offset(*POSITIONS[name])
+            flash_attn_alibi.require_alignment(*POSITIONS[name])
     with pytest.raises(NotSupported, match="bottom-right"):  # queries not the last keys
-        flash_attn_alibi.alignment_offset(np.arange(2, 6), np.arange(8))
+        flash_attn_alibi.require_alignment(np.arange(2, 6), np.arange(8))
 
 
 def _flash_attn_files(monkeypatch):
