@@ -54,6 +54,7 @@ BUILTINS = {
     "attn-gym": "attn_gym",
     "torch": "torch_interpolate",
     "timm": "timm",
+    "open-clip": "open_clip",
 }
 
 
