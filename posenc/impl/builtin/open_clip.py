@@ -25,8 +25,8 @@ method="cubic", cubic_a=-0.5, antialias=True, prefix_tokens=1)`, and `resize_tab
   `align_corners=False` and `size`), "nearest" (F.interpolate refuses `align_corners` for it), a cubic `a`
   other than PyTorch's (-0.75, or -0.5 when antialiased), and half precision with antialias (torch has no
   such CPU kernel). A new grid with the old one's token count is returned unchanged (`new_seq_len ==
-  old_pos_embed.shape[0]`: a 6x6 table asked for 4x9 stays 6x6), which no check case reaches, as it needs one
-  prefix row and a square old grid;
+  old_pos_embed.shape[0]`: a 6x6 table asked for 4x9 stays 6x6; FINDINGS), which no check case reaches, as it
+  needs one prefix row and a square old grid;
 * `resize_table` -> `resize_text_pos_embed`: `method="linear"` only (a 1-D `F.interpolate` has no bicubic,
   and "nearest" refuses `align_corners`), without `align_corners`, `scale` or `antialias` (antialias needs a
   4-D input).
@@ -151,7 +151,37 @@ def load() -> Implementation:
 INSTALL = ("`pip install --no-deps open_clip_torch` (the two functions' source is read from open_clip/model.py; "
            "torchvision is not needed)")
 #: upstream behaviour the checks found, each with a minimal reproduction (posenc.ecosystem's findings)
-FINDINGS = ()
+FINDINGS = (
+    {
+        "implementation": "open-clip",
+        "title": "resize_pos_embed keeps the old layout when the new grid has as many tokens",
+        "text": ("`resize_pos_embed` returns early when `grid_h * grid_w + 1` equals the checkpoint table's rows, "
+                 "so a 6x6 image table loaded into a model whose `visual.grid_size` is (4, 9) (the same 36 "
+                 "tokens, a non-square `image_size`) is kept as it is and read in 4x9 order: the second row of "
+                 "the new grid starts at the old grid's (1, 3). On a smooth table that is 11.4 % of its range "
+                 "from the resize timm's `resample_abs_pos_embed` (the same call otherwise) computes. The early "
+                 "return compares token counts, not grids (open_clip 3.3.0 `open_clip/model.py` L797-800)."),
+        "reproduction": ("import ast, importlib.util, logging, math, pathlib, types\n"
+                         "import torch\n"
+                         "import torch.nn.functional as F\n"
+                         "# open_clip/model.py imports torchvision (utils.py): run resize_pos_embed's source alone\n"
+                         "path = pathlib.Path(importlib.util.find_spec('open_clip').submodule_search_locations[0]) "
+                         "/ 'model.py'\n"
+                         "found = [n for n in ast.parse(path.read_text()).body\n"
+                         "         if isinstance(n, ast.FunctionDef) and n.name == 'resize_pos_embed']\n"
+                         "ns = {'math': math, 'logging': logging, 'torch': torch, 'F': F,\n"
+                         "      'to_2tuple': lambda x: tuple(x) if isinstance(x, (tuple, list)) else (x, x)}\n"
+                         "exec(compile(ast.Module(body=found, type_ignores=[]), str(path), 'exec'), ns)\n"
+                         "table = torch.cat([torch.zeros(1, 1), torch.arange(36.0).reshape(36, 1)])  # 6 * row + "
+                         "col\n"
+                         "state = {'visual.positional_embedding': table}\n"
+                         "model = types.SimpleNamespace(visual=types.SimpleNamespace(grid_size=(4, 9)))\n"
+                         "ns['resize_pos_embed'](state, model)\n"
+                         "out = state['visual.positional_embedding']\n"
+                         "print(out[1:, 0].reshape(4, 9))  # the 6x6 values in 4x9 order, not resized"),
+        "still": "torch.equal(out, table)",
+    },
+)
 #: the verdicts at the pinned version, as data: every float32 comparison that fails or errors
 #: ("implementation convention/case" -> diagnosis; tests/app/impl/test_builtin_verdicts.py)
 EXPECTED = {}
