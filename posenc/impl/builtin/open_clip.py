@@ -160,7 +160,7 @@ FINDINGS = (
                  "tokens, a non-square `image_size`) is kept as it is and read in 4x9 order: the second row of "
                  "the new grid starts at the old grid's (1, 3). On a smooth table that is 11.4 % of its range "
                  "from the resize timm's `resample_abs_pos_embed` (the same call otherwise) computes. The early "
-                 "return compares token counts, not grids (open_clip 3.3.0 `open_clip/model.py` L797-800)."),
+                 "return compares token counts, not grids (open_clip 3.3.0 `open_clip/model.py` L797-801)."),
         "reproduction": ("import ast, importlib.util, logging, math, pathlib, types\n"
                          "import torch\n"
                          "import torch.nn.functional as F\n"
