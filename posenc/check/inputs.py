@@ -40,4 +40,4 @@ def expected_for(case: Case, seed: int, dtype: str) -> Expected:
     desired = spec_call(case, args, kwargs)
     spec_fn = getattr(posenc_np, case.encoding, None) if case.fn is None else None
     return Expected(case.encoding, args, kwargs, desired, case.tol(as_float64(desired), dtype, args),
-                    rope=is_plain_rope(case), spec_fn=spec_fn)
+                    rope=is_plain_rope(case), spec_fn=spec_fn, composite=case.fn)

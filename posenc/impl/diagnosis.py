@@ -16,10 +16,11 @@ import numpy as np
 
 from posenc_np.testing import Tolerance, compare
 
+from .angle_diagnosis import ANGLE_PRECISION_FACTOR, angles_in_dtype, sinusoid_angles_in_float32
 from .family_diagnosis import family_variants
 from .precision import class_tolerance, rope_kwargs, spec_rotation
 
-__all__ = ["Diagnosis", "diagnose", "DIAGNOSES"]
+__all__ = ["Diagnosis", "diagnose", "spec_variants", "DIAGNOSES"]
 
 #: Every diagnosis a record can carry: the contract's list, and `wrapped` (positions outside a declared
 #: table read rows modulo its length, as Python / torch indexing does for negative indices).
@@ -28,15 +29,12 @@ DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored",
              "wrapped", "unknown",
              # the other families' (`_family_variants`)
              "sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid", "align-corners",
-             "cubic-a", "t5-direction", "transposed", "autocast",
+             "cubic-a", "t5-direction", "transposed", "autocast", "compute-dtype",
              # the training cases' (posenc.impl.training): a backward's and the aliasing and table probes'
              "pass-through", "cotangent-layout", "in-place-unversioned", "in-place-undeclared", "cotangent-mutated",
              "upstream-gradient-corrupted", "no-gradient")
 #: Bases tried for `base` besides the case's own: the common defaults.
 OTHER_BASES = (10000.0, 500000.0, 1000000.0, 100000.0)
-#: The float32 angle bound times this still counts as `angle-precision` (an iterative or exp/log angle
-#: formation is a few times a single product's error; a wrong frequency is orders of magnitude off).
-ANGLE_PRECISION_FACTOR = 16.0
 
 
 @dataclass(frozen=True)
@@ -223,8 +221,19 @@ def _variant_tolerance(name, tol: Tolerance, desired, table_rows) -> Tolerance:
     return Tolerance(tol.atol + 2 * 2.0**-23 * table_rows * scale * np.sqrt(2), tol.why + " + float32 angles at the table's end")
 
 
+def spec_variants(spec_fn, encoding, args, kwargs, dtype):
+    """`(name, sentence, build)` of every variant of one non-RoPE contract call `spec_fn(*args, **kwargs)`:
+    its positions rounded to `dtype`, the family's named variants, positions off by one, another base."""
+    plain = {k: v for k, v in kwargs.items() if k != "dtype"}
+    index = _positions_index(args)
+    rounded = () if index is None else _rounded_positions_variant(
+        lambda p: spec_fn(*_all_positions_rounded(args, index, p, dtype), **plain), args[index], dtype)
+    return itertools.chain(rounded, family_variants(encoding, spec_fn, args, plain, dtype=dtype),
+                           _generic_variants(spec_fn, args, plain))
+
+
 def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, spec_fn=None,
-             table_rows: int | None = None, rotation=None) -> Diagnosis:
+             table_rows: int | None = None, rotation=None, composite=None) -> Diagnosis:
     """The known mismatch a failing output matches (see the module docstring), or `unknown`.
 
     Args:
@@ -234,6 +243,8 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         spec_fn: `(*args, **kwargs) -> array`, the spec function, for the non-RoPE variants.
         table_rows: the implementation's declared table length (`max_positions`), for `wrapped`.
         rotation: the spec's `precision.Rotation` of a RoPE case when the caller has it already.
+        composite: the variants of a case built of several calls (`posenc.impl.composite`), tried when
+            there is no `spec_fn`.
     """
     desired = np.asarray(desired, np.float64)
     text = _nonfinite(actual, desired)
@@ -249,14 +260,9 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         variants = itertools.chain(_rounded_positions_variant(lambda p: _apply(x, p, kwargs), positions, dtype),
                                    _rope_variants(x, positions, kwargs, table_rows, rotation))
     elif spec_fn is not None:
-        plain = {k: v for k, v in kwargs.items() if k != "dtype"}
-        index = _positions_index(args)
-        rounded = () if index is None else _rounded_positions_variant(
-            lambda p: spec_fn(*_all_positions_rounded(args, index, p, dtype), **plain), args[index], dtype)
-        variants = itertools.chain(rounded, family_variants(encoding, spec_fn, args, plain),
-                                   _generic_variants(spec_fn, args, plain))
+        variants = spec_variants(spec_fn, encoding, args, kwargs, dtype)
     else:
-        variants = ()
+        variants = composite or ()
     for name, sentence, build in variants:
         try:
             variant = np.asarray(build(), np.float64)
@@ -272,49 +278,6 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
             return Diagnosis("angle-precision", "your outputs are within a float32-angle bound "
                                                 f"({loose.atol:.3g}) of the spec: angles formed in a lower "
                                                 "precision, the error grows with the position")
-    found = (_angles_in_dtype(actual, desired, tol, encoding=encoding, args=args, kwargs=kwargs, dtype=dtype)
-             or _sinusoid_angles_in_float32(actual, desired, tol, encoding=encoding, args=args))
-    return found or Diagnosis("unknown", "your outputs match none of the known mismatches")
-
-
-def _sinusoid_angles_in_float32(actual, desired, tol, *, encoding, args) -> Diagnosis | None:
-    """`angle-precision` for a sinusoid whose float32 frequencies carry an exp/log's rounding: within
-    `ANGLE_PRECISION_FACTOR` x the float32 angle term `2 u t_max` (under 1 rad)."""
-    if encoding not in ("sinusoidal", "sinusoidal_2d") or not np.size(args[0]):
-        return None
-    t_max = float(np.abs(np.asarray(args[0], np.float64)).max())  # the highest frequency is 1 rad per position
-    scale = float(np.abs(desired).max()) if desired.size else 1.0
-    loose = Tolerance(tol.atol + ANGLE_PRECISION_FACTOR * 2 * 2.0**-24 * t_max * scale, "float32 angles x 16")
-    if 0 < t_max and ANGLE_PRECISION_FACTOR * 2 * 2.0**-24 * t_max < 1.0 and _equals(actual, desired, loose):
-        return Diagnosis("angle-precision", f"your outputs are within {loose.atol:.3g} of the spec, "
-                                            f"{ANGLE_PRECISION_FACTOR:g} times the float32 angle bound: frequencies "
-                                            "formed with more rounding (an exp of a log, a linspace), the error "
-                                            "growing with the position")
-    return None
-
-
-def _angles_in_dtype(actual, desired, tol, *, encoding, args, kwargs, dtype) -> Diagnosis | None:
-    """`angle-precision` for angles formed in a half-precision dtype: the output is within
-    `scale (4 u t_max + 2 u)` of the spec (position, frequency and product each rounded, then the result),
-    judged only while that angle allowance `4 u t_max` stays under 1 rad (past it any bounded output would
-    match)."""
-    from posenc_np.backend import dtype_name
-
-    from .precision import UNIT_ROUNDOFF, max_angle
-
-    name = dtype_name(dtype)
-    if name not in ("bfloat16", "float16") or encoding not in ("apply_rope", "sinusoidal"):
-        return None
-    positions = np.asarray(args[1] if encoding == "apply_rope" else args[0], np.float64)
-    t_max = (max_angle(positions, kwargs, np.shape(args[0])) if encoding == "apply_rope"
-             else float(np.abs(positions).max()) if positions.size else 0.0)  # sinusoid: w_0 = 1
-    u = UNIT_ROUNDOFF[name]
-    if not 0 < 4 * u * t_max <= 1.0:
-        return None
-    scale = float(np.abs(desired).max()) if desired.size else 1.0
-    loose = Tolerance(scale * (4 * u * t_max + 2 * u), f"angles formed in {name}")
-    if loose.atol > tol.atol and _equals(actual, desired, loose):
-        return Diagnosis("angle-precision", f"your outputs are within {loose.atol:.3g} of the spec, the bound of "
-                                            f"angles formed in {name} (u=2^{int(np.log2(u))}, largest angle "
-                                            f"{t_max:.3g} rad): the positions or angles are rounded to {name}")
-    return None
+    found = (angles_in_dtype(actual, desired, tol, encoding=encoding, args=args, kwargs=kwargs, dtype=dtype)
+             or sinusoid_angles_in_float32(actual, desired, tol, encoding=encoding, args=args))
+    return Diagnosis(*found) if found else Diagnosis("unknown", "your outputs match none of the known mismatches")

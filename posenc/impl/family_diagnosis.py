@@ -93,10 +93,39 @@ def _grid_order_variants(fn, args, kw):
                lambda o=o, b=b: fn(*args, **{**kw, "axis_order": o, "blocks": b}))
 
 
-def family_variants(encoding, fn, args, kwargs):
+def _sinusoid_in_dtype(positions, dim, *, base=10000.0, layout="interleaved", denominator="dim", dtype):
+    """The sinusoid computed in half-precision `dtype` throughout, as keras-hub's `SinePositionEncoding` does
+    under mixed precision (keras-hub 0.32.0 `layers/modeling/sine_position_encoding.py` L66-95): the positions,
+    `1/base`, the exponent `2i/dim`, the frequency `(1/base)^(2i/dim)`, the angle and its sin and cos each
+    rounded to `dtype`."""
+    from posenc_np.backend import numpy_dtype
+
+    half = numpy_dtype(dtype)
+
+    def rounded(x):
+        return np.asarray(x, np.float64).astype(half).astype(np.float64)
+
+    pairs = np.arange(int(dim) // 2, dtype=np.float64)
+    width = float(dim) if denominator == "dim" else float(int(dim) // 2 - 1)
+    exponent = rounded(rounded(2 * pairs if denominator == "dim" else pairs) / rounded(width))
+    frequency = rounded(rounded(1.0 / float(base)) ** exponent)
+    angle = rounded(rounded(positions)[..., None] * frequency)
+    sin, cos = rounded(np.sin(angle)), rounded(np.cos(angle))
+    if layout == "interleaved":
+        return np.stack([sin, cos], -1).reshape(*angle.shape[:-1], 2 * angle.shape[-1])
+    return np.concatenate([sin, cos] if layout == "concat" else [cos, sin], -1)
+
+
+def family_variants(encoding, fn, args, kwargs, *, dtype=None):
     """The named variants of the non-RoPE families (docs/impl.md, "Diagnosis"): each the spec with the one
-    setting a library is known to get different."""
+    setting a library is known to get different; `dtype` the case's (the half-precision variants)."""
     kw = dict(kwargs)
+    if encoding == "sinusoidal" and dtype in ("bfloat16", "float16") and len(args) == 2:
+        yield ("compute-dtype", f"your outputs equal the sinusoid computed in {dtype} throughout (positions, "
+                                "frequencies, angles, sin and cos each rounded to it: keras-hub's "
+                                "SinePositionEncoding under mixed precision)",
+               lambda: _sinusoid_in_dtype(args[0], args[1], dtype=dtype,
+                                          **{k: v for k, v in kw.items() if k != "dtype"}))
     if encoding in ("sinusoidal", "sinusoidal_2d"):
         layout = kw.get("layout", "interleaved" if encoding == "sinusoidal" else "concat")
         for other in SINUSOID_LAYOUTS:

@@ -15,6 +15,7 @@ import numpy as np
 from posenc_np.backend import is_float
 from posenc_np.testing import Tolerance, compare
 
+from .composite import composite_variants
 from .diagnosis import diagnose
 from .precision import Rotation, angle_error, class_tolerance, spec_rotation
 
@@ -51,6 +52,8 @@ class Expected:
         rope: whether the case is a plain `apply_rope(x, positions, **kwargs)` call, judged pair by pair.
         spec_fn: `(*args64, **kwargs64) -> float64 array`, the spec function the non-RoPE diagnosis
             re-runs with variants; None when the case is not a single contract call.
+        composite: the case's own function `(module, *args, **kwargs)` when it is built of several calls,
+            which the diagnosis re-runs with one call's variant in place (`posenc.impl.composite`).
     """
 
     encoding: str
@@ -60,6 +63,7 @@ class Expected:
     tol: Tolerance
     rope: bool = False
     spec_fn: Callable | None = None
+    composite: Callable | None = None
     _rotation: Rotation | None = field(default=None, repr=False)
 
     @property
@@ -112,5 +116,8 @@ def _diagnose(expected: Expected, outputs, desired64, tol, dtype, table_rows):
                         dtype=dtype, table_rows=table_rows, rotation=expected.rotation)
     args64, kwargs64 = float64_inputs(expected.args, expected.kwargs)
     spec_fn = expected.spec_fn
+    composite = (None if spec_fn is not None or expected.composite is None
+                 else composite_variants(expected.composite, args64, kwargs64, dtype))
     return diagnose(outputs, desired64, tol, encoding=expected.encoding, args=args64, kwargs=kwargs64, dtype=dtype,
-                    spec_fn=None if spec_fn is None else (lambda *a, **k: as_float64(spec_fn(*a, **k))))
+                    spec_fn=None if spec_fn is None else (lambda *a, **k: as_float64(spec_fn(*a, **k))),
+                    composite=composite)

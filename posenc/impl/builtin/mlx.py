@@ -185,8 +185,8 @@ FINDINGS = ()
 #: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
 EXPECTED = {
     # nn.SinusoidalPositionalEncoding forms its frequencies as exp(linspace of logs) in float32: a few ulps each,
-    # past the one-product angle bound from ~500 positions; at 2^20 past any bound a diagnosis can use
-    'mlx fairseq/long': 'unknown',
+    # past the one-product angle bound from ~500 positions, within twice it (0.25 rad at 2^20)
+    'mlx fairseq/long': 'angle-precision',
     'mlx fairseq/per-row': 'angle-precision',
     'mlx tensor2tensor/per-row': 'angle-precision',
     'mlx whisper-encoder/encoder': 'angle-precision',
