@@ -53,12 +53,13 @@ def _resize_constants(old_len, new_len, options, compute):
     return index, weight
 
 
-def _options(method, align_corners, cubic_a, antialias, scale):
-    return dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, scale=scale)
+def _options(method, align_corners, cubic_a, antialias, scale, border):
+    return dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, scale=scale,
+                border=border)
 
 
 def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75, antialias=False,
-                 scale=None):
+                 scale=None, border="clamp"):
     """`[L, dim] -> [new_len, dim]` on the spec's grid; see `posenc_np.resize_table`.
 
     Not `jax.image.resize` (antialiased by default, a = -0.5 cubic, no align_corners): the gather
@@ -70,14 +71,14 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
     compute = jnp.promote_types(table.dtype, jnp.float32)
-    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale),
+    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale, border),
                                       compute)  # [new_len, taps]
     out = jnp.einsum("nk,nkd->nd", weight, jnp.asarray(table).astype(compute)[index])
     return out.astype(table.dtype)
 
 
 def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75, antialias=False,
-                scale=None, prefix_tokens=0):
+                scale=None, prefix_tokens=0, border="clamp"):
     """`[prefix + old_h * old_w, dim] -> [prefix + new_h * new_w, dim]`; see `posenc_np.resize_grid`.
 
     Separable gathers with the spec's per-axis weights (not the framework's image resize); prefix rows are
@@ -86,11 +87,11 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     check_float_dtype("table", table.dtype, jnp.issubdtype(table.dtype, jnp.floating))
     prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
-        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
     compute = jnp.promote_types(table.dtype, jnp.float32)
-    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h),
+    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h, border),
                                           compute)
-    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w),
+    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w, border),
                                           compute)
     table = jnp.asarray(table)
     grid = table[prefix:].astype(compute).reshape(old_h, old_w, -1)

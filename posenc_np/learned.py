@@ -67,9 +67,15 @@ def _check_scale(name, scale):
     return float(scale)
 
 
-def _check_resize_options(method, align_corners, cubic_a, antialias, scale, scale_name="scale"):
+RESIZE_BORDERS = ("clamp", "renormalize")
+
+
+def _check_resize_options(method, align_corners, cubic_a, antialias, scale, scale_name="scale", border="clamp"):
     """The validation shared by `resize_weights`, `resize_table` and `resize_grid`; errors name the argument."""
     check_choice("method", method, RESIZE_METHODS)
+    check_choice("border", border, RESIZE_BORDERS)
+    if method == "nearest" and border != "clamp":
+        raise ValueError(f"border={border!r} is not defined for method='nearest' (one row, nothing to renormalize)")
     if not isinstance(align_corners, bool):
         raise TypeError(f"align_corners={align_corners!r} must be a bool")
     if isinstance(cubic_a, bool) or not isinstance(cubic_a, (int, float)) or not math.isfinite(cubic_a):
@@ -124,8 +130,18 @@ def _antialias_weights(old_len, new_len, method, align_corners, cubic_a, scale):
     return np.where(inside, index, 0).astype(np.int64), weight
 
 
+def _renormalize_border(index, weight, old_len):
+    """border="renormalize": the taps outside [0, L - 1] get weight 0 and the rest are divided by their sum."""
+    inside = (index >= 0) & (index < old_len)
+    weight = np.where(inside, weight, 0.0)
+    total = weight.sum(axis=1, keepdims=True)
+    # a row with no tap inside (only a `scale` grid reaching past the table) is 0, as in `_antialias_weights`
+    weight = np.divide(weight, total, out=np.zeros_like(weight), where=total != 0)
+    return np.clip(index, 0, old_len - 1).astype(np.int64), weight
+
+
 def resize_weights(old_len, new_len, *, method="linear", align_corners=False, cubic_a=-0.75,
-                   antialias=False, scale=None):
+                   antialias=False, scale=None, border="clamp"):
     """The sampling grid of `resize_table` as gather indices and weights, in float64.
 
     Returns `(index [new_len, taps], weight [new_len, taps])` with
@@ -150,6 +166,17 @@ def resize_weights(old_len, new_len, *, method="linear", align_corners=False, cu
     antialias=True: PyTorch's `antialias=True` kernel (see `_antialias_weights`): the kernel's support
         widened by L/N when downsampling, taps outside the table dropped, weights renormalised to sum 1.
         PyTorch's antialiased bicubic uses a = -0.5: pass `cubic_a=-0.5` to reproduce it.
+    border: what the taps that fall outside the table do ("linear" and "cubic"; antialias=True always drops
+        and renormalises, as PyTorch's antialiased kernel does, whatever `border` says):
+        "clamp" (default): each index is clamped into [0, L - 1] (PyTorch's replicated borders);
+        "renormalize": taps outside [0, L - 1] are dropped and the rest renormalised,
+            w_ik <- w_ik * [0 <= j_ik < L] / sum_k' w_ik' [0 <= j_ik' < L],
+        with the same taps and kernel (no widening when downsampling). That is `jax.image.resize`
+        (jax 0.10 jax/_src/image/scale.py `scale_and_translate`, antialias=False), keras 3.15.1
+        `keras.ops.image.resize` on the NumPy and JAX backends and TF 2.21 `ResizeBicubic`
+        (core/kernels/image/resize_bicubic_op.cc `GetWeightsAndIndices`, half_pixel_centers), all with
+        a = -0.5. For "linear" both borders give the same numbers while s stays within [-1, L]: the one
+        outside tap is dropped, and its neighbour, the border row, gets weight 1 either way.
 
     Reference:
         Keys, "Cubic convolution interpolation for digital image processing", 1981;
@@ -160,7 +187,7 @@ def resize_weights(old_len, new_len, *, method="linear", align_corners=False, cu
     old_len = check_positive_int("old_len", old_len)
     new_len = check_positive_int("new_len", new_len)
     scale = _check_scale("scale", scale)
-    _check_resize_options(method, align_corners, cubic_a, antialias, scale)
+    _check_resize_options(method, align_corners, cubic_a, antialias, scale, border=border)
     if antialias:
         return _antialias_weights(old_len, new_len, method, align_corners, cubic_a, scale)
     out = np.arange(new_len, dtype=np.float64)
@@ -180,7 +207,7 @@ def resize_weights(old_len, new_len, *, method="linear", align_corners=False, cu
     else:
         source = (out + 0.5) * (old_len / new_len) - 0.5
     if method == "linear":
-        source = np.maximum(source, 0.0)
+        source = np.maximum(source, 0.0) if border == "clamp" else source
         lower = np.floor(source)
         frac = source - lower
         index = np.stack([lower, lower + 1], axis=1)
@@ -191,12 +218,14 @@ def resize_weights(old_len, new_len, *, method="linear", align_corners=False, cu
         index = lower[:, None] + np.arange(-1, 3)[None, :]
         distance = np.abs(frac[:, None] - np.arange(-1, 3)[None, :])  # |s - tap|, taps -1, 0, 1, 2
         weight = _keys(distance, float(cubic_a))
+    if border == "renormalize":
+        return _renormalize_border(index.astype(np.int64), weight, old_len)
     index = np.clip(index, 0, old_len - 1).astype(np.int64)
     return index, weight
 
 
 def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75, antialias=False,
-                 scale=None):
+                 scale=None, border="clamp"):
     """Resample a learned position table along the position axis: `[L, dim] -> [new_len, dim]`.
 
     This is the `interpolate_pos_embed` / `extend_pe` step of porting a model to a longer (or shorter)
@@ -217,6 +246,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
       - `jax.image.resize`: antialias is on by default (so downsampling differs), cubic uses a = -0.5,
         and there is no align_corners option.
       - PyTorch: `nearest` (not `nearest-exact`) uses floor(i * L / N), without half-pixel centres.
+    `border="renormalize", cubic_a=-0.5` reproduces the JAX/TF/keras-numpy cubic without antialias.
 
     Args:
         table: `[L, dim]` array (any float dtype; the dtype is returned).
@@ -226,10 +256,11 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
         cubic_a: the Keys kernel parameter for "cubic".
         antialias: PyTorch's antialiased kernel ("linear" and "cubic" only).
         scale: None, or PyTorch's `scale_factor` (> 0; not with align_corners).
+        border: "clamp" (replicated borders) or "renormalize" (outside taps dropped, see `resize_weights`).
 
     Raises:
         ValueError: `new_len < 1`, an unknown method, a table that is not 2-D, a bad `scale`,
-            antialias with "nearest".
+            antialias or border="renormalize" with "nearest", an unknown border.
         TypeError: an integer or bool table.
 
     Examples:
@@ -244,7 +275,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     if isinstance(new_len, (int, np.integer)) and not isinstance(new_len, bool) and new_len < 1:
         raise ValueError(f"new_len={new_len} must be >= 1")
     index, weight = resize_weights(table.shape[0], new_len, method=method, align_corners=align_corners,
-                                   cubic_a=cubic_a, antialias=antialias, scale=scale)
+                                   cubic_a=cubic_a, antialias=antialias, scale=scale, border=border)
     out = np.einsum("nk,nkd->nd", weight, table.astype(np.float64)[index])
     return out.astype(table.dtype)
 
@@ -271,7 +302,7 @@ def _check_grid_scale(scale):
 
 
 def check_resize_grid(table_shape, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75,
-                      antialias=False, scale=None, prefix_tokens=0):
+                      antialias=False, scale=None, prefix_tokens=0, border="clamp"):
     """Validate `resize_grid`'s arguments once for every backend (shapes and options only, no data, so it
     runs under jit); return `(prefix_tokens, (old_h, old_w), (new_h, new_w), (scale_h, scale_w))`."""
     check_table("table", table_shape)
@@ -282,12 +313,13 @@ def check_resize_grid(table_shape, old_grid, new_grid, *, method="cubic", align_
         raise ValueError(f"table has {int(table_shape[0])} rows; prefix_tokens={prefix} + old_grid {old_h}x{old_w} "
                          f"needs {prefix + old_h * old_w}")
     scale_h, scale_w = _check_grid_scale(scale)
-    _check_resize_options(method, align_corners, cubic_a, antialias, scale_h if scale_h is not None else scale_w)
+    _check_resize_options(method, align_corners, cubic_a, antialias, scale_h if scale_h is not None else scale_w,
+                          border=border)
     return prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w)
 
 
 def resize_grid_weights(table_shape, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75,
-                        antialias=False, scale=None, prefix_tokens=0):
+                        antialias=False, scale=None, prefix_tokens=0, border="clamp"):
     """`resize_grid`'s plan: `(prefix_tokens, (old_h, old_w), (new_h, new_w), (index_h, weight_h),
     (index_w, weight_w))`, the per-axis `resize_weights` in float64, after `check_resize_grid`.
 
@@ -296,15 +328,15 @@ def resize_grid_weights(table_shape, old_grid, new_grid, *, method="cubic", alig
     """
     prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
         table_shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
-        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
-    options = dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias)
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
+    options = dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, border=border)
     rows = resize_weights(old_h, new_h, scale=scale_h, **options)
     cols = resize_weights(old_w, new_w, scale=scale_w, **options)
     return prefix, (old_h, old_w), (new_h, new_w), rows, cols
 
 
 def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75, antialias=False,
-                scale=None, prefix_tokens=0):
+                scale=None, prefix_tokens=0, border="clamp"):
     """Resample a ViT's learned position table on its 2-D patch grid:
     `[prefix_tokens + old_h * old_w, dim] -> [prefix_tokens + new_h * new_w, dim]`.
 
@@ -328,7 +360,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     Args:
         table: `[prefix_tokens + old_h * old_w, dim]` array (any float dtype; the dtype is returned).
         old_grid, new_grid: `(height, width)` in patches, or one int for a square grid.
-        method, align_corners, cubic_a, antialias: as in `resize_table`, applied to both axes.
+        method, align_corners, cubic_a, antialias, border: as in `resize_table`, applied to both axes.
         scale: None (size grid), one number or `(scale_h, scale_w)`: PyTorch's `scale_factor`.
         prefix_tokens: rows before the grid that are copied unchanged.
 
@@ -351,7 +383,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     check_float_dtype("table", table.dtype)
     prefix, (old_h, old_w), (new_h, new_w), (ih, wh), (iw, ww) = resize_grid_weights(
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
-        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
     values = table.astype(np.float64)
     grid = values[prefix:].reshape(old_h, old_w, -1)
     grid = np.einsum("ya,yaxd->yxd", wh, grid[ih])                       # [new_h, old_w, dim]

@@ -57,12 +57,13 @@ def _resize_constants(old_len, new_len, options, compute, device):
     return index, weight
 
 
-def _options(method, align_corners, cubic_a, antialias, scale):
-    return dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, scale=scale)
+def _options(method, align_corners, cubic_a, antialias, scale, border):
+    return dict(method=method, align_corners=align_corners, cubic_a=cubic_a, antialias=antialias, scale=scale,
+                border=border)
 
 
 def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75, antialias=False,
-                 scale=None):
+                 scale=None, border="clamp"):
     """`[L, dim] -> [new_len, dim]` on the spec's grid; see `posenc_np.resize_table`.
 
     Not `F.interpolate`: the gather indices and weights come from `posenc_np.resize_weights`, so
@@ -75,14 +76,14 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])  # `make` closes over ints only: it runs outside any trace
     compute = torch.promote_types(table.dtype, torch.float32)
-    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale),
+    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale, border),
                                       compute, table.device)  # [new_len, taps]
     out = torch.einsum("nk,nkd->nd", weight, table.to(compute)[index])
     return out.to(table.dtype)
 
 
 def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75, antialias=False,
-                scale=None, prefix_tokens=0):
+                scale=None, prefix_tokens=0, border="clamp"):
     """`[prefix + old_h * old_w, dim] -> [prefix + new_h * new_w, dim]`; see `posenc_np.resize_grid`.
 
     Separable gathers with the spec's per-axis weights (not `F.interpolate`); prefix rows are copied.
@@ -91,11 +92,11 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     check_float_dtype("table", table.dtype, table.is_floating_point())
     prefix, (old_h, old_w), (new_h, new_w), (scale_h, scale_w) = check_resize_grid(
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
-        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens)
+        antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
     compute = torch.promote_types(table.dtype, torch.float32)
-    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h),
+    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h, border),
                                           compute, table.device)
-    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w),
+    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w, border),
                                           compute, table.device)
     grid = table[prefix:].to(compute).reshape(old_h, old_w, -1)
     grid = torch.einsum("ya,yaxd->yxd", weight_h, grid[index_h])        # [new_h, old_w, dim]
