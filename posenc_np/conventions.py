@@ -262,6 +262,18 @@ _ALL = [
               "rows past h * w up to max_length are filled with the first resized row. float32.",
         extra={"prefix_tokens": 0, "padding": "rows past new_h * new_w repeat row 0"},
     ),
+    Convention(
+        "keras-jax", "resize_grid",
+        {"method": "cubic", "align_corners": False, "cubic_a": -0.5, "antialias": False, "border": "renormalize"},
+        source="keras 3.15.1 keras/src/ops/image.py resize(interpolation='bicubic', antialias=False) on the jax "
+               "backend (keras/src/backend/jax/image.py -> jax.image.resize -> scale_and_translate); the same "
+               "numbers on the numpy backend (keras/src/backend/numpy/image.py) and TF 2.21 ResizeBicubic",
+        notes="Keys a = -0.5, taps outside the grid dropped and the rest renormalised, no widening when "
+              "downsampling (antialias=True is torch's AA kernel with a = -0.5, as 'timm'). keras-hub DINOV2 "
+              "resizes its position grid through this op, so its table depends on KERAS_BACKEND: the torch "
+              "backend is 'hf-vit' (a = -0.75, clamped borders); TF quantises the kernel to 1/1024 (~5e-4).",
+        extra={"prefix_tokens": 1},
+    ),
     # --- rotary (section 3) ---
     Convention(
         "meta-llama", "apply_rope", {"layout": "interleaved"},

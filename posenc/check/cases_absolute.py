@@ -130,9 +130,10 @@ _learned_case("roberta", "left-pad", 514,
 _learned_case("bert", "past-2048", 4096, np.arange(2049, 2061), "rows 2049..2060 of a 4096-row table")
 
 
-def _resize_case(name, old_len, new_len, method, align_corners=False, cubic_a=-0.75, antialias=False, scale=None):
+def _resize_case(name, old_len, new_len, method, align_corners=False, cubic_a=-0.75, antialias=False, scale=None,
+                 border="clamp", modes=MODES):
     options = {"method": method, "align_corners": align_corners, "cubic_a": cubic_a, "antialias": antialias,
-               "scale": scale}
+               "scale": scale, **({} if border == "clamp" else {"border": border})}
     index, weight = resize_weights(old_len, new_len, **options)
     gain = float(np.abs(weight).sum(axis=1).max())  # a weighted sum's float32 error scales with sum |w|
 
@@ -144,8 +145,9 @@ def _resize_case(name, old_len, new_len, method, align_corners=False, cubic_a=-0
     def tol(desired, dtype, args):
         return tolerance(dtype, scale=gain * max(float(np.abs(desired).max()), 1e-30))
 
-    register(Case("resize_table", name, f"{old_len}->{new_len}", make, tol,
-                  description=f"{method}, align_corners={align_corners}, antialias={antialias}, scale={scale}"))
+    register(Case("resize_table", name, f"{old_len}->{new_len}", make, tol, modes=modes,
+                  description=f"{method}, align_corners={align_corners}, antialias={antialias}, scale={scale}, "
+                              f"border={border}"))
 
 
 _resize_case("linear", 24, 64, "linear")
@@ -158,6 +160,10 @@ _resize_case("cubic-corners", 24, 37, "cubic", align_corners=True)
 _resize_case("cubic-a0.5", 24, 64, "cubic", cubic_a=-0.5)
 _resize_case("cubic-antialias", 64, 24, "cubic", cubic_a=-0.5, antialias=True)  # torch's AA bicubic, widened
 _resize_case("linear-scale", 24, 37, "linear", scale=1.55)  # torch scale_factor grid: 37 = floor(24 * 1.55)
+# border="renormalize": JAX / TF / keras (numpy, jax, tensorflow backends) bicubic without antialias; up (jit: the
+# new option's one traced case) and down (no widening), eager only
+_resize_case("cubic-renormalize", 24, 64, "cubic", cubic_a=-0.5, border="renormalize")
+_resize_case("cubic-renormalize", 64, 24, "cubic", cubic_a=-0.5, border="renormalize", modes=EAGER)
 
 
 def _resize_grid_case(convention, case, old_grid, new_grid, prefix_tokens, description, scale=None,
@@ -189,6 +195,8 @@ _resize_grid_case("timm", "9x9->5x5-prefix5", (9, 9), (5, 5), 5, "timm antialias
                   modes=("eager",))
 _resize_grid_case("siglip2", "6x6->4x9", (6, 6), (4, 9), 0, "antialiased bilinear to a non-square grid, no prefix",
                   modes=("eager",))
+_resize_grid_case("keras-jax", "7x7->10x10", (7, 7), (10, 10), 1, "keras bicubic (jax/numpy/tf backends): "
+                  "a = -0.5, renormalised borders", modes=("eager",))
 _resize_grid_case("dinov2", "8x8->6x10", (8, 8), (6, 10), 1, "scale_factor grid (interpolate_offset 0.1)",
                   scale=(6.1 / 8, 10.1 / 8), modes=("eager",))
 # the models' own shapes (transformers' SigLIP: no prefix row; Dinov2-with-registers: antialiased), eager only

@@ -55,6 +55,10 @@ BUILTINS = {
     "torch": "torch_interpolate",
     "timm": "timm",
     "open-clip": "open_clip",
+    "keras-numpy": "keras_numpy",
+    "keras-jax": "keras_jax",
+    "keras-tensorflow": "keras_tensorflow",
+    "keras-torch": "keras_torch",
 }
 
 
