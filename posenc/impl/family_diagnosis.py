@@ -186,12 +186,28 @@ def family_variants(encoding, fn, args, kwargs, *, dtype=None):
                     yield ("cubic-a", f"your outputs equal the spec with cubic_a={other} (the Keys kernel's a: "
                                       "PyTorch -0.75, PIL / TF / JAX -0.5)",
                            lambda o=other: fn(*args, **{**kw, "cubic_a": o}))
+            if _accepts(encoding, "border") and not kw.get("antialias", False):
+                yield from _border_variants(fn, args, kw, a)
         if _accepts(encoding, "antialias"):
             flag = kw.get("antialias", False)
             yield ("antialias", f"your outputs equal the spec with antialias={not flag}",
                    lambda: fn(*args, **{**kw, "antialias": not flag}))
         if _accepts(encoding, "scale"):
             yield from _resize_grid_variants(encoding, fn, args, kw)
+
+
+def _border_variants(fn, args, kw, a):
+    """`border`: the cubic's taps outside the table clamped (PyTorch) against dropped and renormalised (JAX,
+    TF, keras on its numpy / jax / tensorflow backends), alone and with the other Keys a (JAX's a = -0.5
+    renormalised against PyTorch's a = -0.75 clamped differ in both)."""
+    other = "renormalize" if kw.get("border", "clamp") == "clamp" else "clamp"
+    yield ("border", f"your outputs equal the spec with border={other!r} (the cubic's taps outside the table "
+                     "clamped, PyTorch's, or dropped and renormalised, JAX's / TF's / keras' numpy backend)",
+           lambda: fn(*args, **{**kw, "border": other}))
+    b = -0.5 if a == -0.75 else -0.75
+    yield ("border", f"your outputs equal the spec with border={other!r} and cubic_a={b} (JAX / TF / keras' "
+                     "bicubic is a = -0.5 renormalised, PyTorch's a = -0.75 clamped)",
+           lambda: fn(*args, **{**kw, "border": other, "cubic_a": b}))
 
 
 def _f16_distance_variant(fn, args, kw):
