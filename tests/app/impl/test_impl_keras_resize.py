@@ -1,0 +1,117 @@
+"""The keras-numpy / -jax / -tensorflow / -torch built-ins (keras.ops.image.resize per keras backend) through
+`posenc check --impl`, the `border` diagnosis on planted kernels (a keras kernel judged against the other
+border is named, not `unknown`), and `border`'s validation in the spec and a backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import posenc_np
+from posenc.check.registry import all_cases
+from posenc.check.run_impl import run_implementations
+from posenc.impl import Implementation
+
+
+def _check(spec):
+    done = subprocess.run([sys.executable, "-m", "posenc", "check", "--impl", spec, "--encoding", "resize"],
+                          capture_output=True, text=True, timeout=600)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("backend, passed", [("jax", 10), ("torch", 11), ("numpy", 10)])
+def test_posenc_check_runs_keras_on_its_backend_and_passes(backend, passed):
+    pytest.importorskip("keras")
+    pytest.importorskip(backend)
+    rc, out = _check(f"keras-{backend}")
+    assert rc == 0, out[-3000:]
+    assert f"keras-{backend} 3." in out and f"{passed} passed, 0 failed" in out, out[-3000:]
+    # the skips carry their reason: the other backends' bicubic, align_corners and scale
+    assert "not supported: keras' bicubic on the" in out and "has no align_corners" in out
+
+
+def test_posenc_check_keras_tensorflow_fails_where_its_kernel_table_is_coarse():
+    """TF's bicubic reads Keys' kernel from a 1024-entry table: 64 -> 24 and 7x7 -> 10x10 fail (24 -> 64, whose
+    fractions are multiples of 1/8, passes); the verdicts are keras_tensorflow.EXPECTED's."""
+    pytest.importorskip("keras")
+    pytest.importorskip("tensorflow")
+    rc, out = _check("keras-tensorflow")
+    assert rc != 0, out[-3000:]
+    assert "8 passed, 2 failed" in out, out[-3000:]
+
+
+def _diagnoses(fn, case_ids):
+    cases = [c for c in all_cases() if c.id in case_ids]
+    assert len(cases) == len(case_ids)
+    impl = Implementation("planted", "numpy", {"resize_table": fn, "resize_grid": fn})
+    return {r.case: (r.status, r.diagnosis) for r in run_implementations(cases, [impl], dtypes=["float32"])}
+
+
+def test_keras_numpy_kernel_judged_against_torchs_bicubic_is_named_border():
+    """keras' numpy / jax bicubic (a = -0.5, renormalised) where the case asks PyTorch's (a = -0.75, clamped)."""
+    def keras_numpy(table, *args, **kw):
+        resize = posenc_np.resize_table if len(args) == 1 else posenc_np.resize_grid
+        return resize(table, *args, **{**kw, "cubic_a": -0.5, "border": "renormalize"})
+
+    got = _diagnoses(keras_numpy, ["resize/cubic/24->64", "resize/cubic/64->24", "resize/hf-vit/7x7->10x10"])
+    assert set(got.values()) == {("fail", "border")}, got
+
+
+@pytest.mark.parametrize("case", ["resize/cubic-renormalize/24->64", "resize/cubic-a0.5/24->64",
+                                  "resize/keras-jax/7x7->10x10"])
+def test_the_other_border_alone_is_named_border(case):
+    def flipped(table, *args, border="clamp", **kw):
+        resize = posenc_np.resize_table if len(args) == 1 else posenc_np.resize_grid
+        return resize(table, *args, **kw, border="clamp" if border == "renormalize" else "renormalize")
+
+    assert set(_diagnoses(flipped, [case]).values()) == {("fail", "border")}
+
+
+def test_renormalize_upsampling_is_torchs_antialiased_kernel_and_downsampling_is_not_widened():
+    """Upsampling, the antialiased kernel is not widened either, so the two agree; downsampling, renormalize
+    keeps 4 taps (no widening) where antialias spreads over 4 * L / N rows."""
+    up = posenc_np.resize_weights(7, 16, method="cubic", cubic_a=-0.5, border="renormalize")
+    aa = posenc_np.resize_weights(7, 16, method="cubic", cubic_a=-0.5, antialias=True)
+    dense = [np.zeros((16, 7)), np.zeros((16, 7))]
+    for out, (index, weight) in zip(dense, (up, aa), strict=True):
+        np.add.at(out, (np.repeat(np.arange(16), index.shape[1]), index.ravel()), weight.ravel())
+    np.testing.assert_allclose(dense[0], dense[1], atol=1e-15)
+    index, weight = posenc_np.resize_weights(16, 7, method="cubic", cubic_a=-0.5, border="renormalize")
+    assert index.shape == (7, 4)
+    np.testing.assert_allclose(weight.sum(axis=1), 1.0, rtol=1e-15)
+
+
+def test_renormalize_drops_the_outside_taps_by_the_formula():
+    """Row 0 of 4 -> 6: s = 0.5 * 4 / 6 - 0.5 = -1/6, taps -2 .. 1; only rows 0 and 1 are inside."""
+    def keys(x, a=-0.5):
+        x = abs(x)
+        return (a + 2) * x**3 - (a + 3) * x**2 + 1 if x <= 1 else a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a
+
+    index, weight = posenc_np.resize_weights(4, 6, method="cubic", cubic_a=-0.5, border="renormalize")
+    w0, w1 = keys(1 / 6), keys(7 / 6)
+    assert weight[0, 0] == weight[0, 1] == 0.0
+    np.testing.assert_allclose(weight[0, 2:], [w0 / (w0 + w1), w1 / (w0 + w1)], rtol=1e-14)
+    np.testing.assert_array_equal(index[0, 2:], [0, 1])
+
+
+@pytest.mark.parametrize("call", [
+    lambda **kw: posenc_np.resize_weights(4, 6, **kw),
+    lambda **kw: posenc_np.resize_table(np.zeros((4, 2)), 6, **kw),
+    lambda **kw: posenc_np.resize_grid(np.zeros((5, 2)), (2, 2), (3, 3), prefix_tokens=1, **kw),
+])
+def test_border_validation_names_the_argument(call):
+    with pytest.raises(ValueError, match="border='wrap'"):
+        call(border="wrap")
+    with pytest.raises(ValueError, match="border='renormalize' is not defined for method='nearest'"):
+        call(method="nearest", border="renormalize")
+
+
+def test_a_backend_validates_border_through_the_spec():
+    torch = pytest.importorskip("torch")
+    import posenc_torch
+
+    with pytest.raises(ValueError, match="border="):
+        posenc_torch.resize_table(torch.zeros(4, 2), 6, border="reflect")
