@@ -71,8 +71,8 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
     compute = jnp.promote_types(table.dtype, jnp.float32)
-    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale, border),
-                                      compute)  # [new_len, taps]
+    options = _options(method, align_corners, cubic_a, antialias, scale, border)
+    index, weight = _resize_constants(old_len, new_len, options, compute)  # [new_len, taps]
     out = jnp.einsum("nk,nkd->nd", weight, jnp.asarray(table).astype(compute)[index])
     return out.astype(table.dtype)
 
@@ -89,10 +89,10 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
     compute = jnp.promote_types(table.dtype, jnp.float32)
-    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h, border),
-                                          compute)
-    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w, border),
-                                          compute)
+    options = _options(method, align_corners, cubic_a, antialias, scale_h, border)
+    index_h, weight_h = _resize_constants(old_h, new_h, options, compute)
+    options = _options(method, align_corners, cubic_a, antialias, scale_w, border)
+    index_w, weight_w = _resize_constants(old_w, new_w, options, compute)
     table = jnp.asarray(table)
     grid = table[prefix:].astype(compute).reshape(old_h, old_w, -1)
     grid = jnp.einsum("ya,yaxd->yxd", weight_h, grid[index_h])        # [new_h, old_w, dim]

@@ -78,8 +78,8 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
     compute = mx.float64 if table.dtype == mx.float64 else mx.float32
-    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale, border),
-                                      compute)  # [new_len, taps]
+    options = _options(method, align_corners, cubic_a, antialias, scale, border)
+    index, weight = _resize_constants(old_len, new_len, options, compute)  # [new_len, taps]
     stream = F64 if compute == mx.float64 else None
     rows = mx.take(table.astype(compute, stream=stream), index, axis=0)  # [new_len, taps, dim]
     out = mx.sum(weight[..., None] * rows, axis=1, stream=stream)
@@ -99,10 +99,10 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
     compute = mx.float64 if table.dtype == mx.float64 else mx.float32
-    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h, border),
-                                          compute)
-    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w, border),
-                                          compute)
+    options = _options(method, align_corners, cubic_a, antialias, scale_h, border)
+    index_h, weight_h = _resize_constants(old_h, new_h, options, compute)
+    options = _options(method, align_corners, cubic_a, antialias, scale_w, border)
+    index_w, weight_w = _resize_constants(old_w, new_w, options, compute)
     stream = F64 if compute == mx.float64 else None
     grid = table[prefix:].astype(compute, stream=stream).reshape(old_h, old_w, -1)
     grid = mx.take(grid, index_h, axis=0)                                             # [new_h, taps, old_w, dim]

@@ -70,8 +70,8 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])
     compute = tf.float64 if table.dtype == tf.float64 else tf.float32
-    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale, border),
-                                      compute)  # [new_len, taps]
+    options = _options(method, align_corners, cubic_a, antialias, scale, border)
+    index, weight = _resize_constants(old_len, new_len, options, compute)  # [new_len, taps]
     out = tf.einsum("nk,nkd->nd", weight, tf.gather(tf.cast(table, compute), index))
     return tf.cast(out, table.dtype)
 
@@ -89,10 +89,10 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
     compute = tf.float64 if table.dtype == tf.float64 else tf.float32
-    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h, border),
-                                          compute)
-    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w, border),
-                                          compute)
+    options = _options(method, align_corners, cubic_a, antialias, scale_h, border)
+    index_h, weight_h = _resize_constants(old_h, new_h, options, compute)
+    options = _options(method, align_corners, cubic_a, antialias, scale_w, border)
+    index_w, weight_w = _resize_constants(old_w, new_w, options, compute)
     grid = tf.reshape(tf.cast(table[prefix:], compute), (old_h, old_w, -1))
     grid = tf.einsum("ya,yaxd->yxd", weight_h, tf.gather(grid, index_h))             # [new_h, old_w, dim]
     grid = tf.einsum("xb,yxbd->yxd", weight_w, tf.gather(grid, index_w, axis=1))     # [new_h, new_w, dim]

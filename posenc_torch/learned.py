@@ -76,8 +76,8 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
     new_len = check_positive_int("new_len", new_len)
     old_len = int(table.shape[0])  # `make` closes over ints only: it runs outside any trace
     compute = torch.promote_types(table.dtype, torch.float32)
-    index, weight = _resize_constants(old_len, new_len, _options(method, align_corners, cubic_a, antialias, scale, border),
-                                      compute, table.device)  # [new_len, taps]
+    options = _options(method, align_corners, cubic_a, antialias, scale, border)
+    index, weight = _resize_constants(old_len, new_len, options, compute, table.device)  # [new_len, taps]
     out = torch.einsum("nk,nkd->nd", weight, table.to(compute)[index])
     return out.to(table.dtype)
 
@@ -94,10 +94,10 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
         table.shape, old_grid, new_grid, method=method, align_corners=align_corners, cubic_a=cubic_a,
         antialias=antialias, scale=scale, prefix_tokens=prefix_tokens, border=border)
     compute = torch.promote_types(table.dtype, torch.float32)
-    index_h, weight_h = _resize_constants(old_h, new_h, _options(method, align_corners, cubic_a, antialias, scale_h, border),
-                                          compute, table.device)
-    index_w, weight_w = _resize_constants(old_w, new_w, _options(method, align_corners, cubic_a, antialias, scale_w, border),
-                                          compute, table.device)
+    options = _options(method, align_corners, cubic_a, antialias, scale_h, border)
+    index_h, weight_h = _resize_constants(old_h, new_h, options, compute, table.device)
+    options = _options(method, align_corners, cubic_a, antialias, scale_w, border)
+    index_w, weight_w = _resize_constants(old_w, new_w, options, compute, table.device)
     grid = table[prefix:].to(compute).reshape(old_h, old_w, -1)
     grid = torch.einsum("ya,yaxd->yxd", weight_h, grid[index_h])        # [new_h, old_w, dim]
     grid = torch.einsum("xb,yxbd->yxd", weight_w, grid[:, index_w])     # [new_h, new_w, dim]
