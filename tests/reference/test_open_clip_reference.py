@@ -115,3 +115,26 @@ def test_a_new_grid_of_the_old_token_count_is_left_unchanged():
     np.testing.assert_array_equal(got, table.astype(np.float32))
     gap = 100 * np.abs(got - _grid("open-clip", (6, 6), (4, 9), table)).max() / np.ptp(table)
     assert gap == pytest.approx(11.43, abs=0.01)
+
+
+def test_border_runs_where_it_changes_nothing_and_is_a_skip_where_it_would():
+    """`border="renormalize"` (added to the contract after open_clip's built-in): PyTorch's bilinear and its
+    antialiased bicubic give the same numbers under either border, so open_clip runs them and matches posenc's
+    renormalized spec to the float32 tolerance; its plain bicubic clamps, so a renormalized one is a skip; a
+    border that is neither is a ValueError naming it."""
+    from posenc.adapters import NotSupported
+
+    table = _table(1 + 7 * 7, 6, seed=4)
+    ours = torch.tensor(table, dtype=torch.float32)
+    for kw in ({"method": "linear"}, {"method": "cubic", "cubic_a": -0.5, "antialias": True}):
+        got = resize_grid(ours, (7, 7), (10, 5), prefix_tokens=1, border="renormalize", **kw)
+        spec = pn.resize_grid(table, (7, 7), (10, 5), prefix_tokens=1, border="renormalize", **kw)
+        np.testing.assert_allclose(got.double().numpy(), spec, rtol=0, atol=F32_TOL * np.ptp(table))
+    text = _table(20, 8, seed=6)
+    np.testing.assert_allclose(resize_table(torch.tensor(text, dtype=torch.float32), 33, border="renormalize")
+                               .double().numpy(), pn.resize_table(text, 33, border="renormalize"), rtol=0,
+                               atol=F32_TOL * np.ptp(text))
+    with pytest.raises(NotSupported, match="clamped borders"):
+        resize_grid(ours, (7, 7), (10, 5), prefix_tokens=1, border="renormalize")
+    with pytest.raises(ValueError, match="border"):
+        resize_grid(ours, (7, 7), (10, 5), method="linear", prefix_tokens=1, border="reflect")

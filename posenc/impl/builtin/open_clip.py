@@ -23,13 +23,14 @@ method="cubic", cubic_a=-0.5, antialias=True, prefix_tokens=1)`, and `resize_tab
   'bilinear', `antialias` passed. Skips: `prefix_tokens` other than 1 (`extra_tokens = 1` is fixed, its
   FIXME), a non-square old grid (the side is `int(sqrt(n))`), `align_corners=True` and `scale` (it passes
   `align_corners=False` and `size`), "nearest" (F.interpolate refuses `align_corners` for it), a cubic `a`
-  other than PyTorch's (-0.75, or -0.5 when antialiased), and half precision with antialias (torch has no
-  such CPU kernel). A new grid with the old one's token count is returned unchanged (`new_seq_len ==
-  old_pos_embed.shape[0]`: a 6x6 table asked for 4x9 stays 6x6; FINDINGS), which no check case reaches, as it
-  needs one prefix row and a square old grid;
+  other than PyTorch's (-0.75, or -0.5 when antialiased), `border="renormalize"` with a plain bicubic
+  (PyTorch's clamps; "linear", and any antialiased kernel, are the same under either border, so those run),
+  and half precision with antialias (torch has no such CPU kernel). A new grid with the old one's token count
+  is returned unchanged (`new_seq_len == old_pos_embed.shape[0]`: a 6x6 table asked for 4x9 stays 6x6;
+  FINDINGS), which no check case reaches, as it needs one prefix row and a square old grid;
 * `resize_table` -> `resize_text_pos_embed`: `method="linear"` only (a 1-D `F.interpolate` has no bicubic,
   and "nearest" refuses `align_corners`), without `align_corners`, `scale` or `antialias` (antialias needs a
-  4-D input).
+  4-D input); `border` is accepted either way ("linear" gives the same numbers under both).
 
 Precision: the functions resize in the table's dtype (no float32 cast, unlike timm), so float32 tables are
 computed in float32; the precision class is float32.
@@ -44,6 +45,9 @@ import itertools
 import logging
 import math
 import types
+
+from posenc_np._validate import check_choice
+from posenc_np.learned import RESIZE_BORDERS
 
 from ...adapters import NotSupported
 from ..implementation import Implementation
@@ -94,8 +98,16 @@ def _refused(error: Exception) -> NotSupported:
     return NotSupported(f"F.interpolate refuses it: {str(error).splitlines()[0]}")
 
 
+def _check_border(border, method, antialias, who):
+    """PyTorch's plain bicubic clamps the taps outside the table; "linear" and the antialiased kernels give the
+    same numbers under either border (docs/api.md, `resize_table`), so only a plain cubic needs "clamp"."""
+    check_choice("border", border, RESIZE_BORDERS)
+    if border != "clamp" and method == "cubic" and not antialias:
+        raise NotSupported(f"{who}'s bicubic is PyTorch's, with clamped borders, not border={border!r}")
+
+
 def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=False, cubic_a=-0.75, antialias=False,
-                scale=None, prefix_tokens=0):
+                scale=None, prefix_tokens=0, border="clamp"):
     """The contract's `resize_grid` through `resize_pos_embed` on a state-dict stub (torch in, torch out)."""
     (old_h, old_w), (new_h, new_w) = (int(n) for n in old_grid), (int(n) for n in new_grid)
     if int(prefix_tokens) != 1:
@@ -112,6 +124,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
     if method == "cubic" and cubic_a != (-0.5 if antialias else -0.75):
         raise NotSupported(f"open_clip's bicubic is PyTorch's (a={-0.5 if antialias else -0.75} with "
                            f"antialias={antialias}), not cubic_a={cubic_a}")
+    _check_border(border, method, antialias, "resize_pos_embed")
     state = {"visual.positional_embedding": table}
     model = types.SimpleNamespace(visual=types.SimpleNamespace(grid_size=(new_h, new_w)))
     try:
@@ -122,7 +135,7 @@ def resize_grid(table, old_grid, new_grid, *, method="cubic", align_corners=Fals
 
 
 def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_a=-0.75, antialias=False,
-                 scale=None):
+                 scale=None, border="clamp"):
     """The contract's `resize_table` through `resize_text_pos_embed` on a state-dict stub (torch in, out)."""
     import torch
 
@@ -132,6 +145,7 @@ def resize_table(table, new_len, *, method="linear", align_corners=False, cubic_
         raise NotSupported("resize_text_pos_embed samples on the size grid with align_corners=False")
     if antialias:
         raise NotSupported("F.interpolate antialiases only 4-D inputs; resize_text_pos_embed's is 3-D")
+    _check_border(border, method, antialias, "resize_text_pos_embed")
     state = {"positional_embedding": table}
     model = types.SimpleNamespace(positional_embedding=torch.empty(int(new_len), table.shape[-1], device="meta"))
     functions()["resize_text_pos_embed"](state, model)
