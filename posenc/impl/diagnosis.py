@@ -29,7 +29,7 @@ DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored",
              "wrapped", "unknown",
              # the other families' (`_family_variants`)
              "sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid", "align-corners",
-             "cubic-a", "border", "t5-direction", "transposed", "autocast", "compute-dtype",
+             "cubic-a", "border", "kernel-table", "t5-direction", "transposed", "autocast", "compute-dtype",
              # the training cases' (posenc.impl.training): a backward's and the aliasing and table probes'
              "pass-through", "cotangent-layout", "in-place-unversioned", "in-place-undeclared", "cotangent-mutated",
              "upstream-gradient-corrupted", "no-gradient")

@@ -188,12 +188,48 @@ def family_variants(encoding, fn, args, kwargs, *, dtype=None):
                            lambda o=other: fn(*args, **{**kw, "cubic_a": o}))
             if _accepts(encoding, "border") and not kw.get("antialias", False):
                 yield from _border_variants(fn, args, kw, a)
+                if not kw.get("align_corners", False) and kw.get("scale") is None:
+                    yield ("kernel-table", "your outputs equal the spec with Keys' kernel read from a 1024-entry "
+                                           "table at round(frac * 1024) / 1024 (TF's ResizeBicubic, keras' "
+                                           "tensorflow backend)", lambda: _kernel_table_resize(encoding, args, kw))
         if _accepts(encoding, "antialias"):
             flag = kw.get("antialias", False)
             yield ("antialias", f"your outputs equal the spec with antialias={not flag}",
                    lambda: fn(*args, **{**kw, "antialias": not flag}))
         if _accepts(encoding, "scale"):
             yield from _resize_grid_variants(encoding, fn, args, kw)
+
+
+def _table_weights(old_len, new_len, a, border):
+    """The cubic weights with the fraction read at `lrintf(frac * 1024) / 1024` from a float32 source
+    coordinate: TF 2.21 core/kernels/image/resize_bicubic_op.cc `GetWeightsAndIndices` (kTableSize 1024)."""
+    from posenc_np.learned import _keys, _renormalize_border
+
+    scale = np.float32(old_len / new_len)
+    source = (np.arange(new_len, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+    lower = np.floor(source).astype(np.float64)
+    frac = np.rint((source - lower) * 1024.0) / 1024.0
+    index = (lower[:, None] + np.arange(-1, 3)[None, :]).astype(np.int64)
+    weight = _keys(np.abs(frac[:, None] - np.arange(-1, 3)[None, :]), float(a))
+    if border == "renormalize":
+        return _renormalize_border(index, weight, old_len)
+    return np.clip(index, 0, old_len - 1), weight
+
+
+def _kernel_table_resize(encoding, args, kw):
+    """`resize_table` / `resize_grid` (size grid, half-pixel centres) with `_table_weights`, in float64."""
+    a, border = kw.get("cubic_a", -0.75), kw.get("border", "clamp")
+    table = np.asarray(args[0], np.float64)
+    if encoding == "resize_table":
+        index, weight = _table_weights(table.shape[0], int(args[1]), a, border)
+        return np.einsum("nk,nkd->nd", weight, table[index])
+    (old_h, old_w), (new_h, new_w) = [(g, g) if np.ndim(g) == 0 else tuple(g) for g in args[1:3]]
+    prefix = int(kw.get("prefix_tokens", 0))
+    (ih, wh), (iw, ww) = _table_weights(old_h, new_h, a, border), _table_weights(old_w, new_w, a, border)
+    grid = table[prefix:].reshape(old_h, old_w, -1)
+    grid = np.einsum("ya,yaxd->yxd", wh, grid[ih])
+    grid = np.einsum("xb,yxbd->yxd", ww, grid[:, iw])
+    return np.concatenate([table[:prefix], grid.reshape(new_h * new_w, -1)])
 
 
 def _border_variants(fn, args, kw, a):

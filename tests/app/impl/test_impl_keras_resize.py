@@ -40,7 +40,7 @@ def test_posenc_check_keras_tensorflow_fails_where_its_kernel_table_is_coarse():
     pytest.importorskip("tensorflow")
     rc, out = _check("keras-tensorflow")
     assert rc != 0, out[-3000:]
-    assert "8 passed, 2 failed" in out, out[-3000:]
+    assert "8 passed, 2 failed" in out and "diagnoses kernel-table x2" in out, out[-3000:]
 
 
 def _diagnoses(fn, case_ids):
@@ -68,6 +68,18 @@ def test_the_other_border_alone_is_named_border(case):
         return resize(table, *args, **kw, border="clamp" if border == "renormalize" else "renormalize")
 
     assert set(_diagnoses(flipped, [case]).values()) == {("fail", "border")}
+
+
+def test_a_kernel_read_from_tfs_1024_entry_table_is_named_kernel_table():
+    """TF's ResizeBicubic rounds the fraction to 1/1024 before reading Keys' kernel; 7 -> 10 (0.7 steps)."""
+    from posenc.impl.family_diagnosis import _kernel_table_resize
+
+    def quantised(table, *args, **kw):
+        encoding = "resize_table" if len(args) == 1 else "resize_grid"
+        return _kernel_table_resize(encoding, (table, *args), kw).astype(np.asarray(table).dtype)
+
+    got = _diagnoses(quantised, ["resize/cubic-renormalize/64->24", "resize/keras-jax/7x7->10x10"])
+    assert set(got.values()) == {("fail", "kernel-table")}, got
 
 
 def test_renormalize_upsampling_is_torchs_antialiased_kernel_and_downsampling_is_not_widened():
