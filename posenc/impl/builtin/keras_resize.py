@@ -60,9 +60,9 @@ def _resize_function(backend: str):
         os.environ["KERAS_BACKEND"] = backend  # read by keras' import, once per process
     try:
         import keras
-    except ImportError as error:
-        raise ImplementationUnavailable(f"--impl keras-{backend}: keras is not installed (pip install keras)") \
-            from error
+    except ImportError as error:  # keras itself, or the backend's framework (jax, tensorflow, torch)
+        raise ImplementationUnavailable(f"--impl keras-{backend}: keras with KERAS_BACKEND={backend} does not "
+                                        f"import ({error}); {install(backend)}") from error
     active = keras.backend.backend()
     if active == backend:
         return keras.ops.image.resize, "keras.ops.image.resize"

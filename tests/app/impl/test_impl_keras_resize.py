@@ -127,3 +127,40 @@ def test_a_backend_validates_border_through_the_spec():
 
     with pytest.raises(ValueError, match="border="):
         posenc_torch.resize_table(torch.zeros(4, 2), 6, border="reflect")
+
+
+def _in_fresh_interpreter(code, **env):
+    import os
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env})
+    return done.returncode, done.stdout.strip().splitlines()[-1:], done.stderr[-2000:]
+
+
+def test_a_backend_that_does_not_import_is_unavailable_naming_it():
+    pytest.importorskip("keras")
+    rc, out, err = _in_fresh_interpreter(
+        "import sys; sys.modules['jax'] = None\n"
+        "from posenc.impl.builtin import load_builtin\n"
+        "try:\n    load_builtin('keras-jax')\nexcept ImportError as e:\n    print(type(e).__name__, e)")
+    assert rc == 0 and out and out[0].startswith("ImplementationUnavailable --impl keras-jax: keras with "
+                                                 "KERAS_BACKEND=jax does not import"), (out, err)
+
+
+def test_keras_already_on_another_backend_runs_that_backends_resize_and_says_so():
+    """A test session imports keras once: keras-jax then calls keras.src.backend.jax.image.resize."""
+    pytest.importorskip("keras")
+    pytest.importorskip("jax")
+    rc, out, err = _in_fresh_interpreter(
+        "import numpy as np, keras, posenc_np\n"
+        "from posenc.impl.builtin import load_builtin\n"
+        "(impl,) = load_builtin('keras-jax')\n"
+        "t = np.random.default_rng(0).normal(size=(7, 3)).astype('float32')\n"
+        "got = impl.functions['resize_table'](t, 16, method='cubic', cubic_a=-0.5, border='renormalize')\n"
+        "want = posenc_np.resize_table(t.astype('float64'), 16, method='cubic', cubic_a=-0.5, border='renormalize')\n"
+        "print(keras.backend.backend(), float(np.abs(got - want).max()), '|', impl.description)",
+        KERAS_BACKEND="numpy")
+    assert rc == 0 and out, err
+    backend, err_max, _, description = out[0].split(" ", 3)
+    assert backend == "numpy" and float(err_max) < 1e-5, out
+    assert "keras.src.backend.jax.image.resize (keras runs numpy here)" in description, out
