@@ -96,3 +96,51 @@ def test_keras_backends_bicubic_differ_by_the_border_and_a(probed, old_len, new_
     weights = got[f"{old_len} {new_len} bicubic False"]
     other = "numpy" if backend == "torch" else "torch"
     assert np.abs(weights - _spec(other, "cubic", False, old_len, new_len)).max() > 1e-2
+
+
+_DINOV2 = """
+import json, sys
+import numpy as np
+import keras
+from keras_hub.src.models.dinov2.dinov2_layers import DINOV2Embedding
+out = {}
+for side, new_side in json.loads(sys.argv[1]):
+    table = np.random.default_rng(side).normal(size=(1, 1 + side * side, 8)).astype("float32")
+    got = DINOV2Embedding._interpolate_position_embeddings(table, 14, (14 * side, 14 * side),
+                                                             (14 * new_side, 14 * new_side))
+    out[f"{side} {new_side}"] = [table[0].tolist(), np.asarray(keras.ops.convert_to_numpy(got))[0].tolist()]
+print("KERAS-PROBE " + json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", ("numpy", "jax", "tensorflow", "torch"))
+def test_keras_hub_dinov2_position_grid_is_the_backends_convention(backend):
+    """keras-hub 0.32.0 `DINOV2Embedding._interpolate_position_embeddings` (models/dinov2/dinov2_layers.py:
+    `ops.image.resize(..., interpolation='bicubic', antialias=False)` on the grid, the CLS row kept): the
+    `keras-jax` convention on numpy / jax / tensorflow, `hf-vit` on the torch backend, on standard-normal tables
+    (|entries| <= 4.2; a rough table, the kernels' worst case) at 7 -> 10, 16 -> 12, 37 -> 16.
+    Tolerance 1e-5: float32 sums over 4 x 4 taps of entries <= 4.2 (measured <= 3.2e-6). TensorFlow 5e-3: its
+    kernel table moves each weight by up to 6.1e-4 (measured 2.1e-3 on these tables, 2.4x below); the
+    kernels are 0.25..0.30 apart here, 50x above either."""
+    pytest.importorskip("keras_hub")
+    pytest.importorskip({"numpy": "numpy", "jax": "jax", "tensorflow": "tensorflow", "torch": "torch"}[backend])
+    from posenc_np import resize_grid
+    from posenc_np.conventions import conventions
+
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", _DINOV2, json.dumps([[7, 10], [16, 12], [37, 16]])], env=env,
+                          capture_output=True, text=True, timeout=300)
+    line = [x for x in done.stdout.splitlines() if x.startswith("KERAS-PROBE ")]
+    assert line, done.stderr[-2000:]
+    gaps = []
+    for key, (table, got) in json.loads(line[0][len("KERAS-PROBE "):]).items():
+        side, new_side = map(int, key.split())
+        table, got = np.asarray(table), np.asarray(got)
+        mine = "hf-vit" if backend == "torch" else "keras-jax"
+        other = "keras-jax" if backend == "torch" else "hf-vit"
+        want = resize_grid(table, side, new_side, prefix_tokens=1, **conventions[mine].params)
+        tol = 5e-3 if backend == "tensorflow" else 1e-5
+        assert np.abs(got - want).max() <= tol, (key, np.abs(got - want).max())
+        gaps.append(np.abs(got - resize_grid(table, side, new_side, prefix_tokens=1,
+                                             **conventions[other].params)).max())
+    assert min(gaps) > 1e-2, gaps  # the other backend's kernel is measurably not this one
