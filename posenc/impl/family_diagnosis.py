@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .angle_diagnosis import float32_frequency_variant
+
 __all__ = ["family_variants", "SINUSOID_LAYOUTS", "ALIBI_FORMS"]
 
 SINUSOID_LAYOUTS = ("interleaved", "concat", "concat-cos")
@@ -139,6 +141,7 @@ def family_variants(encoding, fn, args, kwargs, *, dtype=None):
         yield ("denominator", f"your outputs equal the spec with denominator={other!r} (frequencies "
                               + ("base^(-i/(dim/2-1)), tensor2tensor's" if other == "half-1" else "base^(-2i/dim)")
                               + ")", lambda: fn(*args, **{**kw, "denominator": other}))
+        yield from float32_frequency_variant(encoding, args, kw)
     if encoding in ("alibi_slopes", "alibi_bias"):
         yield from _slopes_variants(encoding, fn, args, kw)
         if encoding == "alibi_bias":
