@@ -134,12 +134,12 @@ def test_planted_mismatch_fails_and_is_named(diagnosis, fn, case_id):
 def test_every_diagnosis_of_the_contract_is_planted():
     planted = {d for d, _, _ in PLANTED} | {"angle-precision"}  # angle-precision: test_float32_angles below
     # planted in their own modules: the training cases' and autocast (test_impl_training.py), positions-rounded
-    # (test_impl_planted_positions.py), the other families' (test_impl_planted_families.py) and compute-dtype
-    # (test_impl_planted_composite.py)
+    # (test_impl_planted_positions.py), the other families' (test_impl_planted_families.py), compute-dtype
+    # (test_impl_planted_composite.py), border and kernel-table (test_impl_keras_resize.py)
     elsewhere = {"pass-through", "cotangent-layout", "in-place-unversioned", "in-place-undeclared",
                  "cotangent-mutated", "upstream-gradient-corrupted", "no-gradient", "positions-rounded", "autocast",
                  "sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid",
-                 "align-corners", "cubic-a", "t5-direction", "transposed", "compute-dtype"}
+                 "align-corners", "cubic-a", "t5-direction", "transposed", "compute-dtype", "border", "kernel-table"}
     # the contract's list, and `wrapped` (an extension: a gather indexing modulo its table)
     assert planted | elsewhere == set(DIAGNOSES)
 
