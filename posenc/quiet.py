@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import sys
 import threading
 
@@ -29,10 +30,16 @@ _LOG_LINE = re.compile(rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
 _LOG_START = re.compile(rb"^[IWET0-9]")
 
 
-def _forward_filtered(read_fd: int, write_fd: int) -> None:
-    """Copy `read_fd` to `write_fd` line by line, dropping framework log lines, until end of file."""
+def _forward_filtered(read_fd: int, write_fd: int, stop: threading.Event) -> None:
+    """Copy `read_fd` to `write_fd` line by line, dropping framework log lines, until end of file, or until
+    `stop` is set and nothing is left to read: a process that inherited the pipe and outlives the block
+    (multiprocessing's resource tracker) keeps its write end open, so its end of file comes too late."""
     pending = b""
     while True:
+        if not select.select([read_fd], [], [], 0.05)[0]:
+            if stop.is_set():
+                break
+            continue
         chunk = os.read(read_fd, 65536)
         if not chunk:
             break
@@ -68,10 +75,11 @@ def quiet_frameworks(enabled: bool = True):
     except OSError:  # no stderr at all: nothing to filter
         real = None
     thread = swapped = None
+    stop = threading.Event()
     try:
         if real is not None:
             read_fd, write_fd = os.pipe()
-            thread = threading.Thread(target=_forward_filtered, args=(read_fd, real), daemon=True,
+            thread = threading.Thread(target=_forward_filtered, args=(read_fd, real, stop), daemon=True,
                                       name="posenc-quiet-frameworks")
             thread.start()
             sys.stderr.flush()
@@ -89,7 +97,8 @@ def quiet_frameworks(enabled: bool = True):
             sys.stderr = swapped
         if real is not None:
             sys.stderr.flush()
-            os.dup2(real, 2)  # closes the pipe's last write end (workers have exited): the thread sees EOF
+            os.dup2(real, 2)  # closes this process's write end; what the workers wrote is in the pipe already
+            stop.set()
             if thread is not None:
                 thread.join(timeout=5)
             os.close(real)

@@ -23,6 +23,7 @@ from ._modules import (
     T5BiasConfig,
 )
 from ._validate import (
+    check_choice,
     check_finite,
     check_float_dtype,
     check_heads_divide,
@@ -33,17 +34,21 @@ from ._validate import (
     check_position_pair,
     check_positions_in_table,
     check_positive_int,
+    check_real_positions,
     check_rope_input,
     check_table,
     check_traced_integer,
 )
+from .learned import _keys as keys_cubic_kernel
+from .learned import _renormalize_border as renormalize_border_weights
 
 __all__ = [
     "spec_value", "mrope_key", "cached_plan",
     "BACKEND_DTYPES", "FLOAT_DTYPES", "UNIT_ROUNDOFF", "dtype_name", "is_float", "numpy_dtype", "freeze", "thaw",
     "ALiBiConfig", "CoPEConfig", "DynamicConfig", "FIREConfig", "KERPLEConfig", "LearnedConfig", "RelativeConfig",
     "RotaryConfig", "SinusoidalConfig", "T5BiasConfig",
-    "check_finite", "check_float_dtype", "check_heads_divide", "check_integer_dtype", "check_integer_positions",
+    "check_choice", "check_finite", "check_float_dtype", "check_heads_divide", "check_integer_dtype", "check_integer_positions",
     "check_nonnegative_positions", "check_position_axes", "check_position_pair", "check_positions_in_table",
-    "check_positive_int", "check_rope_input", "check_table", "check_traced_integer",
+    "check_positive_int", "check_real_positions", "check_rope_input", "check_table", "check_traced_integer",
+    "keys_cubic_kernel", "renormalize_border_weights",
 ]

@@ -206,16 +206,16 @@ def family_variants(encoding, fn, args, kwargs, *, dtype=None):
 def _table_weights(old_len, new_len, a, border):
     """The cubic weights with the fraction read at `lrintf(frac * 1024) / 1024` from a float32 source
     coordinate: TF 2.21 core/kernels/image/resize_bicubic_op.cc `GetWeightsAndIndices` (kTableSize 1024)."""
-    from posenc_np.learned import _keys, _renormalize_border
+    from posenc_np.backend import keys_cubic_kernel, renormalize_border_weights
 
     scale = np.float32(old_len / new_len)
     source = (np.arange(new_len, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
     lower = np.floor(source).astype(np.float64)
     frac = np.rint((source - lower) * 1024.0) / 1024.0
     index = (lower[:, None] + np.arange(-1, 3)[None, :]).astype(np.int64)
-    weight = _keys(np.abs(frac[:, None] - np.arange(-1, 3)[None, :]), float(a))
+    weight = keys_cubic_kernel(np.abs(frac[:, None] - np.arange(-1, 3)[None, :]), float(a))
     if border == "renormalize":
-        return _renormalize_border(index, weight, old_len)
+        return renormalize_border_weights(index, weight, old_len)
     return np.clip(index, 0, old_len - 1), weight
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from .builtin import BUILTINS, builtin_module, builtin_status, load_builtin
 from .implementation import Implementation, ImplementationUnavailable
 
-__all__ = ["resolve", "declared_names", "split_env", "ENV", "DEFAULT_ATTR", "ImplementationSpecError"]
+__all__ = ["resolve", "declared_names", "process_environ", "split_env", "ENV", "DEFAULT_ATTR", "ImplementationSpecError"]
 
 #: The environment variable naming implementations, as `--impl` does (comma-separated).
 ENV = "POSENC_IMPL"
@@ -81,6 +81,14 @@ def declared_names(spec: str) -> tuple[str, ...] | None:
     names = getattr(module, "NAMES", None)
     names = names() if callable(names) else names  # a built-in whose names depend on the device
     return None if names is None else tuple(names)
+
+
+def process_environ(spec: str) -> dict:
+    """The environment a process that runs only `spec` sets before importing anything: a built-in's
+    `PROCESS_ENVIRON` (keras' backend, read once at import), else nothing. A library's `load()` never sets
+    process-wide state itself: in a shared process (a test session, a user's program) it takes what it finds."""
+    spec = spec.strip()
+    return dict(getattr(builtin_module(spec), "PROCESS_ENVIRON", {})) if spec in BUILTINS else {}
 
 
 def resolve(spec: str) -> tuple[Implementation, ...]:

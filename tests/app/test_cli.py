@@ -8,6 +8,7 @@ import re
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -138,12 +139,31 @@ def test_framework_log_filter_keeps_everything_else():
                        b"Traceback (most recent call last):\n"
                        b"\r\x1b[K[3/10 1.0s] progress without a newline")
     os.close(write_fd)
-    quiet._forward_filtered(read_fd, out_w)
+    quiet._forward_filtered(read_fd, out_w, threading.Event())
     os.close(out_w)
     with os.fdopen(out_r, "rb") as f:
         kept = f.read()
     assert kept == (b"posenc check: a message\nF0000 00:00:1.0 1 a.cc:1] fatal lines stay\n"
                     b"Traceback (most recent call last):\n\r\x1b[K[3/10 1.0s] progress without a newline")
+
+
+def test_framework_log_filter_stops_when_told_though_a_writer_outlives_the_block():
+    """A process that inherited the pipe (multiprocessing's resource tracker) keeps a write end open: the
+    filter drains what is there and ends on `stop`, without waiting for an end of file that comes late."""
+    read_fd, write_fd = os.pipe()
+    out_r, out_w = os.pipe()
+    os.write(write_fd, b"last line\n")
+    stop = threading.Event()
+    stop.set()
+    thread = threading.Thread(target=quiet._forward_filtered, args=(read_fd, out_w, stop))
+    thread.start()
+    thread.join(timeout=2)
+    alive = thread.is_alive()
+    os.close(write_fd)  # ends a forwarder still waiting, so that a failure does not hang the session
+    thread.join()
+    os.close(out_w)
+    with os.fdopen(out_r, "rb") as f:
+        assert not alive and f.read() == b"last line\n"
 
 
 def test_python_m_posenc_is_the_console_script():

@@ -32,7 +32,8 @@ import ctypes
 import numpy as np
 
 from ...adapters import NotSupported
-from ..implementation import Implementation, ImplementationUnavailable
+from ..implementation import Implementation
+from ._ggml_library import load_ggml
 from ._kernel_inputs import frequencies, rotary_width, token_positions
 
 DISTRIBUTION = "ggml-python"
@@ -41,16 +42,6 @@ NAMES = ('ggml', 'ggml-f16-mask', 'ggml-flash-attn')
 
 NORMAL, NEOX, MROPE, VISION, IMROPE = 0, 2, 8, 24, 40
 _FACTOR_TYPES = ("llama3", "longrope", "llamacpp-freq-factors")
-
-
-def _ggml():
-    try:
-        import ggml
-        import ggml.utils
-    except (ImportError, OSError) as error:
-        raise ImplementationUnavailable(f"--impl ggml: ggml-python does not load ({error}); "
-                                        f"pip install ggml-python builds it from source") from error
-    return ggml
 
 
 def rope_params(rotary_dim: int, *, base, scaling, positions) -> dict:
@@ -101,7 +92,7 @@ def _mode(x_shape, rotary_dim, layout, mrope_section, mrope_interleaved, mrope_f
 
 def _compute(x_rows: np.ndarray, streams: np.ndarray, *, mode, n_dims, sections, params) -> np.ndarray:
     """Run one rope node on `x_rows [tokens, 1, dim]` with int32 `streams` in a fresh ggml context."""
-    ggml = _ggml()
+    ggml = load_ggml()
     factors = params["factors"]
     size = 4 * x_rows.nbytes + streams.nbytes + (0 if factors is None else factors.nbytes) + 16 * 2**20
     ctx = ggml.ggml_init(ggml.ggml_init_params(mem_size=size, mem_buffer=None))
@@ -155,7 +146,7 @@ def load() -> tuple[Implementation, ...]:
 
     from . import ggml_alibi
 
-    _ggml()
+    load_ggml()
     version = importlib.metadata.version(DISTRIBUTION)
     main = Implementation("ggml", "numpy", {"apply_rope": apply_rope, "alibi_bias": ggml_alibi.alibi_bias,
                                             "alibi_slopes": ggml_alibi.alibi_slopes},

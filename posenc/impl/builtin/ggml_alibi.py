@@ -34,18 +34,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...adapters import NotSupported
+from ._ggml_library import load_ggml
 
 #: rows x columns the op is given at most (the float32 `a`, its offset and the weights: 12 bytes each)
 _MAX_ELEMENTS = 2**26
 #: probe distances 2^0 .. 2^24 (exact in float32 and float16 up to 2^15; a probe whose weight ratio
 #: underflows or is inexact is not used): the largest with slope * distance <= 40 fixes each slope
 _PROBE_EXPONENTS = np.arange(0, 25)
-
-
-def _ggml():
-    from .ggml import _ggml as load
-
-    return load()
 
 
 def _fresh(array) -> np.ndarray:
@@ -57,7 +52,7 @@ def _fresh(array) -> np.ndarray:
 def soft_max_ext(a: np.ndarray, mask: np.ndarray, *, max_bias: float, f16_mask: bool) -> np.ndarray:
     """`ggml_soft_max_ext(a, mask, 1.0, max_bias)` on float32 `a [B, H, R, C]` and `mask [B, 1, R, C]` (cast to
     F16 in the graph, as llama.cpp casts its KQ mask, when `f16_mask`), in a fresh context; float64 weights."""
-    ggml = _ggml()
+    ggml = load_ggml()
     if a.ndim != 4 or mask.ndim != 4 or mask.shape[1] != 1 or mask.shape[0] != a.shape[0] or \
             mask.shape[2:] != a.shape[2:]:
         # GGML_ASSERTs of ggml_soft_max_impl (mask ne[0] == a ne[0], ne[1] >= a ne[1], heads divide) abort
@@ -84,7 +79,7 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, mask: np.ndarray, *, max_bias: 
     row's attention weights: float32 `q [B, H, R, D]`, `k [B, 1, C, D]` (one KV head for all, as under GQA),
     `mask [B, 1, R, C]` cast to F16 in the graph (the op takes only an F16 mask, llama.cpp casts its own);
     float64 weights `[B, H, R, C]`."""
-    ggml = _ggml()
+    ggml = load_ggml()
     batch, heads, rows, width = q.shape
     cols = k.shape[2]
     if k.shape != (batch, 1, cols, width) or mask.shape != (batch, 1, rows, cols):
@@ -144,7 +139,7 @@ def alibi_weights_bias(num_heads, q_positions, k_positions, *, max_bias, op="sof
     """`slope_h * mask_ij` as ggml adds it, float64 `[..., H, q, k]` (the module docstring's read-back), through
     `op` (`OPS`). Under flash attention the offsets are `q . k` (`q_(h,i) = s_h e_i`, `k_j[i] = |i - j|`: one
     float32 product each, as `a` holds them for the softmax)."""
-    from posenc_np._validate import check_position_pair, check_real_positions
+    from posenc_np.backend import check_position_pair, check_real_positions
 
     q = _positions("q_positions", check_real_positions("q_positions", q_positions))
     k = _positions("k_positions", check_real_positions("k_positions", k_positions))

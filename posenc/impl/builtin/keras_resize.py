@@ -2,12 +2,14 @@
 `resize_table` and `resize_grid`, on one keras backend per built-in: `keras-numpy`, `keras-jax`,
 `keras-tensorflow`, `keras-torch` (modules keras_numpy.py ... here; this module holds what they share).
 
-keras reads `KERAS_BACKEND` once, when it is imported, and `posenc check --impl` runs each SPEC in its own
-worker process, so each built-in's `load()` sets `KERAS_BACKEND` before importing keras and the functions
-call the public `keras.ops.image.resize`. In a process where keras is already imported with another
-backend (a test session), `load()` calls that backend's `keras.src.backend.<name>.image.resize` instead: the
-function `keras.ops.image.resize` hands eager arrays to on that backend after checking the shapes
-(keras/src/ops/image.py `resize` -> `_resize` -> `backend.image.resize`); the description says which.
+keras reads `KERAS_BACKEND` once, when it is imported, so choosing it is the process owner's business:
+each built-in declares `PROCESS_ENVIRON = {"KERAS_BACKEND": name}`, which the worker process `posenc check
+--impl` runs each SPEC in applies before anything imports keras, and the functions then call the public
+`keras.ops.image.resize`. `load()` itself never changes the environment: in a process where keras runs
+another backend (a test session, a user's program), it calls that backend's own
+`keras.src.backend.<name>.image.resize`: the function `keras.ops.image.resize` hands eager arrays to on that
+backend after checking the shapes (keras/src/ops/image.py `resize` -> `_resize` -> `backend.image.resize`);
+the description says which.
 
 Mapping of the contract (channels_last images; float32 numpy in and out):
 * `resize_table(table [L, dim], new_len)` -> the image `[1, 1, L, dim]` resized to `(1, new_len)`: the wide
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 
 import numpy as np
 
@@ -51,28 +52,49 @@ def names(backend: str) -> tuple[str, ...]:
     return (f"keras-{backend}",)
 
 
+def process_environ(backend: str) -> dict:
+    """What a process that runs only `keras-<backend>` sets before importing keras."""
+    return {"KERAS_BACKEND": backend}
+
+
 def _resize_function(backend: str):
     """`(resize, how)`: `keras.ops.image.resize` with `KERAS_BACKEND=backend`, or that backend's own
-    `keras.src.backend.<backend>.image.resize` when keras already runs another backend in this process."""
+    `keras.src.backend.<backend>.image.resize` when keras runs another backend in this process."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} must be one of {BACKENDS}")
-    if "keras" not in sys.modules:
-        os.environ["KERAS_BACKEND"] = backend  # read by keras' import, once per process
     try:
         import keras
     except ImportError as error:  # keras itself, or the backend's framework (jax, tensorflow, torch)
-        raise ImplementationUnavailable(f"--impl keras-{backend}: keras with KERAS_BACKEND={backend} does not "
+        chosen = os.environ.get("KERAS_BACKEND", "its default")
+        raise ImplementationUnavailable(f"--impl keras-{backend}: keras with KERAS_BACKEND={chosen} does not "
                                         f"import ({error}); {install(backend)}") from error
     active = keras.backend.backend()
     if active == backend:
         return keras.ops.image.resize, "keras.ops.image.resize"
     try:
-        module = importlib.import_module(f"keras.src.backend.{backend}.image")
+        module = _import_other_backend(backend)
     except ImportError as error:
         raise ImplementationUnavailable(
             f"--impl keras-{backend}: keras was imported with KERAS_BACKEND={active!r} in this process and "
             f"its {backend} backend does not import ({error}); run it in a fresh process") from error
     return module.resize, f"keras.src.backend.{backend}.image.resize (keras runs {active} here)"
+
+
+def _import_other_backend(backend: str):
+    """`keras.src.backend.<backend>.image`, leaving the running backend's namespace as it was: importing the
+    package `keras.src.backend.numpy` binds it as the attribute `numpy` of `keras.src.backend`, where keras
+    keeps the running backend's numpy ops (`from keras.src.backend.tensorflow import numpy`), and every later
+    `keras.ops` call in the process would fail ("module 'keras.src.backend.numpy' has no attribute 'ones'")."""
+    parent = importlib.import_module("keras.src.backend")
+    missing = object()
+    before = parent.__dict__.get(backend, missing)
+    try:
+        return importlib.import_module(f"keras.src.backend.{backend}.image")
+    finally:
+        if before is missing:
+            parent.__dict__.pop(backend, None)
+        else:
+            setattr(parent, backend, before)
 
 
 def _check_kernel(backend, method, align_corners, cubic_a, antialias, scale, border):
@@ -141,4 +163,5 @@ def load_backend(backend: str) -> Implementation:
 def install(backend: str) -> str:
     extra = {"numpy": "", "jax": " jax==0.10.2", "tensorflow": " tensorflow-cpu==2.21.0",
              "torch": " torch==2.13.0"}[backend]
-    return f"`pip install keras==3.15.1{extra}`; posenc sets KERAS_BACKEND={backend} before importing keras"
+    return (f"`pip install keras==3.15.1{extra}`; `posenc check --impl keras-{backend}` runs keras with "
+            f"KERAS_BACKEND={backend}")

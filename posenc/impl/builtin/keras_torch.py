@@ -3,12 +3,14 @@ the kernel this backend computes and the precision."""
 
 from __future__ import annotations
 
-from .keras_resize import install, load_backend, names
+from .keras_resize import install, load_backend, names, process_environ
 
 DISTRIBUTION = "keras"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
 NAMES = names("torch")
 INSTALL = install("torch")
+#: set by the worker process that runs this SPEC alone, before keras is imported
+PROCESS_ENVIRON = process_environ("torch")
 #: upstream behaviour the checks found (posenc.ecosystem's findings)
 FINDINGS = (
     {

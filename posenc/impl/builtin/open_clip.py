@@ -46,7 +46,7 @@ import logging
 import math
 import types
 
-from posenc_np._validate import check_choice
+from posenc_np.backend import check_choice
 from posenc_np.learned import RESIZE_BORDERS
 
 from ...adapters import NotSupported

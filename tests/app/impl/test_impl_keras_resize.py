@@ -142,9 +142,40 @@ def test_a_backend_that_does_not_import_is_unavailable_naming_it():
     rc, out, err = _in_fresh_interpreter(
         "import sys; sys.modules['jax'] = None\n"
         "from posenc.impl.builtin import load_builtin\n"
-        "try:\n    load_builtin('keras-jax')\nexcept ImportError as e:\n    print(type(e).__name__, e)")
+        "try:\n    load_builtin('keras-jax')\nexcept ImportError as e:\n    print(type(e).__name__, e)",
+        KERAS_BACKEND="jax")
     assert rc == 0 and out and out[0].startswith("ImplementationUnavailable --impl keras-jax: keras with "
                                                  "KERAS_BACKEND=jax does not import"), (out, err)
+
+
+def test_loading_never_changes_the_processs_keras_backend():
+    """keras reads KERAS_BACKEND once: a built-in loaded in a shared process (a pytest worker) that set it
+    would move every later keras user of that process to its backend. The SPEC's own worker sets it."""
+    pytest.importorskip("keras")
+    pytest.importorskip("tensorflow")
+    rc, out, err = _in_fresh_interpreter(
+        "import os; os.environ.pop('KERAS_BACKEND', None)\n"
+        "from posenc.impl.builtin import load_builtin\n"
+        "from posenc.impl.resolve import process_environ\n"
+        "load_builtin('keras-numpy')\n"
+        "import keras\n"
+        "print(keras.backend.backend(), os.environ.get('KERAS_BACKEND'), process_environ('keras-numpy'))")
+    assert rc == 0 and out == ["tensorflow None {'KERAS_BACKEND': 'numpy'}"], (out, err)
+
+
+def test_another_backends_resize_leaves_the_running_backends_ops_working():
+    """Importing keras.src.backend.numpy rebinds `keras.src.backend.numpy`, where keras on TensorFlow keeps its
+    numpy ops: a pytest worker's later keras models failed ("has no attribute 'ones'") until it was restored."""
+    pytest.importorskip("keras")
+    pytest.importorskip("tensorflow")
+    rc, out, err = _in_fresh_interpreter(
+        "import numpy as np, keras\n"
+        "from posenc.impl.builtin import load_builtin\n"
+        "(impl,) = load_builtin('keras-numpy')\n"
+        "impl.functions['resize_table'](np.ones((7, 3), 'float32'), 16, method='linear')\n"
+        "print(keras.backend.backend(), float(keras.ops.sum(keras.ops.ones((2, 3)))))",
+        KERAS_BACKEND="tensorflow")
+    assert rc == 0 and out == ["tensorflow 6.0"], (out, err)
 
 
 def test_keras_already_on_another_backend_runs_that_backends_resize_and_says_so():
