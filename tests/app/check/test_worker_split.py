@@ -48,7 +48,7 @@ def test_jax_cost_follows_its_compilation_cache(tmp_path, monkeypatch):
     (tmp_path / "missing").mkdir()
     assert adapter("jax").cost == cold  # an empty directory is a cold cache
     (tmp_path / "missing" / "entry").write_bytes(b"x")
-    assert adapter("jax").cost < cold / 2
+    assert adapter("jax").cost < cold  # a filled cache skips the compilations a cold run pays for
 
 
 def test_cold_jax_is_split_between_the_workers(tmp_path, monkeypatch):
