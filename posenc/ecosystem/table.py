@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..impl.builtin import BUILTINS, builtin_module, builtin_status, load_builtin
+from ..impl.resolve import process_environ
 
 __all__ = ["COLUMNS", "FAMILIES", "SCHEMA", "column_of", "family_group", "collect", "describe", "merge", "findings", "install_recipe"]
 
@@ -106,21 +107,22 @@ def describe(name: str) -> list[dict]:
             for i in load_builtin(name)]
 
 
-def _child(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _child(args: list[str], timeout: float, builtin: str) -> subprocess.CompletedProcess:
+    # a child runs only `builtin`, so it sets what that built-in reads once at import (keras' backend)
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **process_environ(builtin)})
 
 
 def _run_builtin(name: str, timeout: float) -> tuple[list[dict], list[dict], str | None]:
     """`(implementations, records, error)` of one built-in, each step in a child process."""
-    described = _child(["-m", "posenc.ecosystem", "--describe", name], timeout)
+    described = _child(["-m", "posenc.ecosystem", "--describe", name], timeout, name)
     if described.returncode != 0:
         return [], [], (described.stderr.strip().splitlines() or ["no output"])[-1]
     impls = json.loads(described.stdout.strip().splitlines()[-1])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "records.json"
         done = _child(["-m", "posenc", "check", "--impl", name, "--encoding", ENCODINGS, "--quiet", "--json",
-                       str(path)], timeout)
+                       str(path)], timeout, name)
         if not path.exists():
             return impls, [], f"posenc check exited {done.returncode}: " + \
                 (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -93,6 +93,18 @@ def test_one_command_writes_the_json_and_the_page(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again.md", "eco.json", "eco.md", "scoreboard.md"]
 
 
+def test_each_child_runs_keras_on_the_backend_its_row_names(tmp_path):
+    # describing keras-torch on the default (TensorFlow) backend loads TF's and torch's LLVM into one process
+    if not builtin_status("keras-torch")[0]:
+        pytest.skip("keras or torch is not installed")
+    out_json = tmp_path / "eco.json"
+    assert ecosystem_main(["--impl", "keras-torch", "--json", str(out_json), "--markdown", str(tmp_path / "eco.md")]) == 0
+    (entry,) = json.loads(out_json.read_text())["implementations"]
+    resize = entry["families"]["resize"]["summary"]
+    assert "run_error" not in entry and resize["fail"] == 0 and resize["pass"] > 0
+    assert "KERAS_BACKEND=torch" in entry["install"]
+
+
 def test_merge_keeps_a_row_run_elsewhere_when_its_library_is_missing_here():
     old = _report([{"builtin": "vllm", "name": "vllm", "installed": True, "v": 1}])
     new = _report([{"builtin": "vllm", "name": "vllm", "installed": False},
