@@ -544,11 +544,12 @@ class JaxAdapter(Adapter):
     @property
     def cost(self):
         # its eager calls compile every operation, so a run whose persistent cache (`compile_cache_environ`)
-        # holds nothing yet takes about twice as long: the costs that ended both workers of a default run
-        # within seconds of each other, warm and cold (docs/performance.md)
+        # holds nothing yet takes longer: the costs that ended both workers of a default run within 2-5 s of
+        # each other, warm and cold (docs/performance.md; the share is sensitive: 1.1 left TF's worker 14-17 s
+        # behind, 1.4 torch's 9 s)
         directory = os.environ.get("JAX_COMPILATION_CACHE_DIR")
         warm = bool(directory) and os.path.isdir(directory) and any(os.scandir(directory))
-        return 0.72 if warm else 1.4
+        return 0.72 if warm else 1.25
 
     def compile_cache_environ(self, directory):
         # JAX reads these at import: its persistent cache keeps every executable (its eager calls compile
