@@ -24,8 +24,8 @@ __all__ = ["Diagnosis", "diagnose", "spec_variants", "DIAGNOSES"]
 
 #: Every diagnosis a record can carry: the contract's list, and `wrapped` (positions outside a declared
 #: table read rows modulo its length, as Python / torch indexing does for negative indices).
-DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored", "attention-factor", "angle-precision",
-             "partial-vs-proportional", "mrope-axes", "mrope-layout", "unrotated", "direction", "non-finite",
+DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored", "longrope-factors",
+             "attention-factor", "angle-precision", "partial-vs-proportional", "mrope-axes", "mrope-layout", "imrope-fourth-stream", "unrotated", "direction", "non-finite",
              "wrapped", "unknown",
              # the other families' (`_family_variants`)
              "sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid", "align-corners",
@@ -112,6 +112,7 @@ def _rope_variants(x, positions, kwargs, table_rows=None, rot=None):
     if kw.get("scaling") is not None:
         yield ("scaling-ignored", "your outputs equal the spec without the scaling (scaling=None)",
                lambda: _apply(x, positions, {**kw, "scaling": None}))
+    yield from _longrope_variants(x, positions, kw, other)
     rot = spec_rotation(np.shape(x), positions, kw) if rot is None else rot
     s = rot.attention_scale
     if s != 1.0:
@@ -136,6 +137,8 @@ def _rope_variants(x, positions, kwargs, table_rows=None, rot=None):
             yield ("mrope-axes", f"your outputs equal the spec with position axis {axis} used for every axis",
                    lambda a=axis: _apply(x, np.broadcast_to(positions_[a], positions_.shape).copy(), kw))
         interleaved = bool(kw.get("mrope_interleaved", False))
+        if interleaved:
+            yield from _imrope_fourth_stream(x, positions, kw, rot)
         yield ("mrope-layout",
                f"your outputs equal the spec with mrope_interleaved={not interleaved} "
                f"({'contiguous' if interleaved else 'interleaved'} sections)",
@@ -150,6 +153,47 @@ def _rope_variants(x, positions, kwargs, table_rows=None, rot=None):
         return out
 
     yield "direction", "your outputs equal the spec rotated by -theta (the opposite direction)", backwards
+
+
+def _imrope_fourth_stream(x, positions, kw, rot):
+    """`imrope-fourth-stream`: ggml's IMROPE takes axis `a` for pair `j` only while `j % 3 == a` and
+    `j < 3 s_a`; every other pair reads a 4th position stream, which llama.cpp sets to 0 for text, so those
+    pairs keep their input (times the attention factor) where HF's Qwen3-VL turns them by the temporal id."""
+    sections = kw["mrope_section"]
+    if np.isscalar(sections) or len(sections) != 3:
+        return
+    j = np.arange(len(rot.first))
+    fall = np.zeros(j.shape, bool)
+    for axis, size in enumerate(sections):
+        fall |= (j % 3 == axis) & (j >= 3 * int(size))
+    if not fall.any():
+        return
+
+    def unturned():
+        out, x64 = _apply(x, positions, kw), np.asarray(x, np.float64)
+        for channels in (rot.first[fall], rot.second[fall]):
+            out[..., channels] = rot.attention_scale * x64[..., channels]
+        return out
+
+    pairs = f"pair{'s' if fall.sum() > 1 else ''} {', '.join(map(str, j[fall]))}"
+    yield ("imrope-fourth-stream", f"your outputs equal the spec with {pairs} unturned: a 4th position stream of "
+                                   "0 (ggml's IMROPE), where HF turns them by the temporal id", unturned)
+
+
+def _longrope_variants(x, positions, kw, other_layout):
+    """`longrope-factors`: LongRoPE's long factors at every position, where HF reads the short ones up to
+    `original_max_position_embeddings` (mlx-lm's `SuScaledRoPE`, vLLM when `max_model_len` exceeds it): the
+    spec's `mlx-longrope` rule; alone, and with the other layout too (SuScaledRoPE also drops `traditional`)."""
+    scaling = kw.get("scaling")
+    if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type")) != "longrope":
+        return
+    keys = ("long_factor", "short_factor", "factor", "original_max_position_embeddings")
+    always_long = {"rope_type": "mlx-longrope", **{k: scaling[k] for k in keys if k in scaling}}
+    sentence = ("your outputs equal the spec with LongRoPE's long factors at every position, where HF reads the short "
+                "ones up to original_max_position_embeddings (scaling 'mlx-longrope')")
+    yield "longrope-factors", sentence, lambda: _apply(x, positions, {**kw, "scaling": always_long})
+    yield ("longrope-factors", f"{sentence} and layout={other_layout!r}",
+           lambda: _apply(x, positions, {**kw, "scaling": always_long, "layout": other_layout}))
 
 
 def _positions_index(args):

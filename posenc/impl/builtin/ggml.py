@@ -236,10 +236,10 @@ EXPECTED = {
     'ggml qwen3-vl/long': 'angle-precision',
     'ggml qwen3-vl/per-row': 'angle-precision',
     'ggml qwen3-vl/text-image-video': 'angle-precision',
-    'ggml mrope-interleaved-linear/long': 'unknown',
-    'ggml mrope-interleaved-yarn/long': 'angle-precision',
-    'ggml mrope-interleaved-longrope/short': 'unknown',
-    'ggml mrope-interleaved-longrope/long': 'angle-precision',
+    'ggml mrope-interleaved-linear/long': 'imrope-fourth-stream',
+    'ggml mrope-interleaved-yarn/long': 'imrope-fourth-stream',
+    'ggml mrope-interleaved-longrope/short': 'imrope-fourth-stream',
+    'ggml mrope-interleaved-longrope/long': 'imrope-fourth-stream',
     # llama.cpp's flash-attention mask: -|p0 - p1| cast to F16 (finding above); every case with distances past 2048
     **{f"ggml-{variant} {case}": "positions-rounded" for variant in ("f16-mask", "flash-attn")
        for case in ("alibi-symmetric/kv-offset-long", "alibi-symmetric/long", "ggml-alibi/long",

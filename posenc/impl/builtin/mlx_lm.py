@@ -138,11 +138,11 @@ FINDINGS = (
 #: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
 #: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
 EXPECTED = {
-    'mlx-lm half-longrope/short': 'unknown',
-    'mlx-lm half-longrope/per-row': 'unknown',
-    'mlx-lm interleaved-longrope/short': 'unknown',
+    'mlx-lm half-longrope/short': 'longrope-factors',
+    'mlx-lm half-longrope/per-row': 'longrope-factors',
+    'mlx-lm interleaved-longrope/short': 'longrope-factors',
     'mlx-lm interleaved-longrope/long': 'layout',
-    'mlx-lm interleaved-longrope/per-row': 'unknown',
+    'mlx-lm interleaved-longrope/per-row': 'longrope-factors',
     'mlx-lm interleaved-mlx-longrope/long': 'layout',
     'mlx-lm qwen2-vl/short': 'mrope-axes',
     'mlx-lm qwen2-vl/long': 'unrotated',

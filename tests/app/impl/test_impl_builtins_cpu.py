@@ -52,6 +52,9 @@ def test_mlx_lm_diagnoses_name_its_mismatches():
     # the temporal ids on every axis; on "long" a row at t = 0 is returned unrotated, which is named first
     assert {d for (_, conv, _, _), d in failing.items() if conv in ("qwen2-vl", "qwen3-vl")} <= {"mrope-axes", "unrotated"}
     assert ("mlx-lm", "half-mlx-longrope", "long", "float32") not in failing  # what mlx-lm means by longrope
+    # HF's longrope at short lengths: SuScaledRoPE reads the long factors (and drops `traditional`)
+    assert failing[("mlx-lm", "half-longrope", "short", "float32")] == "longrope-factors"
+    assert failing[("mlx-lm", "interleaved-longrope", "per-row", "float32")] == "longrope-factors"
 
 
 def test_gemma_passes_as_float32():
@@ -114,3 +117,5 @@ def test_ggml_imrope_differs_on_the_pairs_of_the_fourth_stream():
             channels[r.convention].add(r.worst_angle_index[-1])
     assert channels["qwen3-vl"] <= {61, 62}  # section [24, 20, 20], 64 pairs, half layout: channel = pair
     assert channels["mrope-interleaved-linear"] == {6}  # section [2, 3, 3]: pair 6
+    named = {r.diagnosis for r in records if r.status == "fail" and r.convention.startswith("mrope-interleaved")}
+    assert named == {"imrope-fourth-stream"}, named

@@ -56,6 +56,33 @@ def _factor_dropped(x, p, **kw):
     return out.astype(np.asarray(x).dtype)
 
 
+def _always_long(x, p, *, scaling, **kw):
+    # mlx-lm's SuScaledRoPE: the long factors at every length, the short ones never read
+    return _spec(x, p, scaling={**scaling, "rope_type": "mlx-longrope"}, **kw)
+
+
+def _always_long_half(x, p, *, scaling, layout="half", **kw):  # SuScaledRoPE also drops `traditional`
+    return _always_long(x, p, scaling=scaling, **kw)
+
+
+def _always_short(x, p, *, scaling, **kw):
+    return _spec(x, p, scaling={**scaling, "long_factor": scaling["short_factor"]}, **kw)
+
+
+def _fourth_stream(x, p, **kw):
+    # ggml's IMROPE: pair j reads axis j % 3 only while j < 3 x that axis' section, else a 4th stream of 0
+    out, x64 = _spec(x, p, **kw).astype(np.float64), np.asarray(x, np.float64)
+    rot = spec_rotation(np.shape(x), p, kw)
+    j = np.arange(len(rot.first))
+    fall = np.zeros(j.shape, bool)
+    for axis, size in enumerate(kw["mrope_section"]):
+        fall |= (j % 3 == axis) & (j >= 3 * size)
+    assert fall.any()
+    for channels in (rot.first[fall], rot.second[fall]):
+        out[..., channels] = rot.attention_scale * x64[..., channels]
+    return out.astype(np.asarray(x).dtype)
+
+
 def _proportional(x, p, *, base=10000.0, **kw):
     r = resolve_rotary_dim(np.shape(x)[-1], kw.get("rotary_dim"), kw.get("rotary_pct"))
     return _spec(x, p, base=base ** (r / np.shape(x)[-1]), **kw)
@@ -106,10 +133,14 @@ PLANTED = [  # (diagnosis, mock, case)
     ("scaling-ignored", _scaling_dropped, "rope/half-linear/long"),
     ("scaling-ignored", _scaling_dropped, "rope/interleaved-llama3/long"),
     ("attention-factor", _factor_dropped, "rope/half-yarn/long"),
+    ("longrope-factors", _always_long, "rope/half-longrope/short"),
+    ("longrope-factors", _always_long_half, "rope/interleaved-longrope/per-row"),
     ("partial-vs-proportional", _proportional, "rope/gpt-neox/kv-offset"),
     ("mrope-axes", _first_axis, "rope/qwen2-vl/text-image-video"),
     ("mrope-axes", _first_axis, "rope/qwen3-vl/text-image-video"),
     ("mrope-layout", _sections_flipped, "rope/qwen3-vl/text-image-video"),
+    ("imrope-fourth-stream", _fourth_stream, "rope/qwen3-vl/text-image-video"),
+    ("imrope-fourth-stream", _fourth_stream, "rope/mrope-interleaved-longrope/short"),
     ("mrope-layout", _sections_flipped, "rope/mrope-contiguous-yarn/long"),
     ("direction", _backwards, "rope/hf-llama/kv-offset"),
     ("unrotated", _table_rows("unrotated"), "rope/edge/offset-past-table"),
@@ -129,6 +160,15 @@ def test_planted_mismatch_fails_and_is_named(diagnosis, fn, case_id):
     assert record.diagnosis == diagnosis, (record.diagnosis, record.diagnosis_detail)
     assert record.diagnosis_detail.startswith("your outputs"), record.diagnosis_detail
     assert record.impl == "0" and record.backend == f"mock-{diagnosis}"
+
+
+def test_longrope_factors_names_only_the_long_set_at_short_lengths():
+    # the long factors at long positions are HF's own rule: nothing to name
+    [record] = _records(_mock("long", _always_long), "rope/half-longrope/long")
+    assert record.status == "pass", record
+    # the short set past the original length is another mismatch (HF: long factors there)
+    [record] = _records(_mock("short", _always_short), "rope/half-longrope/long")
+    assert record.status == "fail" and record.diagnosis != "longrope-factors", record
 
 
 def test_every_diagnosis_of_the_contract_is_planted():
