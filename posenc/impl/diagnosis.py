@@ -2,9 +2,10 @@
 
 Each candidate re-runs the float64 spec with one variant of the case (another layout, positions off by
 one, another base, the scaling dropped, ...) and asks whether the implementation's output equals that
-within the record's own tolerance. The first candidate that matches names the failure; `unrotated` and
-`non-finite` are read from the output itself (any row returned as its input, any non-finite value where
-the spec has a number), and `angle-precision` from the output passing under a float32-angle bound.
+within the record's own tolerance. The first candidate that matches names the failure; `unrotated`,
+`non-finite` and `out-of-table` are read from the output itself (any row returned as its input, any
+non-finite value where the spec has a number, rows wrong only at positions outside the table), and
+`angle-precision` from the output passing under a float32-angle bound.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ __all__ = ["Diagnosis", "diagnose", "spec_variants", "DIAGNOSES"]
 #: table read rows modulo its length, as Python / torch indexing does for negative indices).
 DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored", "longrope-factors",
              "attention-factor", "angle-precision", "partial-vs-proportional", "mrope-axes", "mrope-layout", "imrope-fourth-stream", "unrotated", "direction", "non-finite",
-             "wrapped", "unknown",
+             "wrapped", "out-of-table", "unknown",
              # the other families' (`_family_variants`)
              "sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid", "align-corners",
              "cubic-a", "border", "kernel-table", "t5-direction", "transposed", "autocast", "compute-dtype",
@@ -80,6 +81,28 @@ def _unrotated_rows(actual, desired, x, tol: Tolerance, rot) -> str | None:
             first = tuple(int(i) for i in np.argwhere(rows)[0])
             return (f"your outputs return {int(rows.sum())} of {rows.size} rows unrotated (equal to the input "
                     f"where the spec rotates them; first at index {first})")
+    return None
+
+
+def _out_of_table_rows(actual, desired, tol: Tolerance, rot, table_rows) -> str | None:
+    """Rows wrong only where the position lies outside the table (below 0, or at or past a declared
+    `table_rows`), every other row right: a kernel that indexes its cos/sin table unchecked reads whatever
+    memory lies there (finite garbage; `wrapped`, `unrotated` and `non-finite` name the other outcomes)."""
+    row_positions = rot.positions[..., 0]
+    outside = (row_positions < 0) | (row_positions >= table_rows if table_rows else False)
+    if not outside.any():
+        return None
+    for a in _outputs(actual):
+        a = np.asarray(a, np.float64)
+        if a.shape != desired.shape:
+            continue
+        wrong = np.any(~(np.abs(a - desired) <= tol.atol), axis=-1)
+        if wrong.any() and not (wrong & ~outside).any():
+            where = "below 0" + (f" or at or past row {table_rows}" if table_rows else "")
+            first = int(row_positions[wrong].flat[0])
+            return (f"your outputs are wrong only at the {int(wrong.sum())} rows whose positions lie outside the "
+                    f"table ({where}; first at position {first}), and right everywhere else: the rows read "
+                    "memory outside the cos/sin table (neither wrapped nor unrotated)")
     return None
 
 
@@ -316,6 +339,9 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
                                                                                         table_rows)):
             return Diagnosis(name, sentence)
     if rope:
+        text = _out_of_table_rows(actual, desired, tol, rotation, table_rows)
+        if text:
+            return Diagnosis("out-of-table", text)
         loose = class_tolerance("float32", desired, dtype, args[0], args[1], kwargs,
                                 angle_factor=ANGLE_PRECISION_FACTOR, rot=rotation)
         if loose.atol > tol.atol and _equals(actual, desired, loose):

@@ -120,6 +120,10 @@ def _table_rows(kind, rows=4096):
             raise IndexError(f"position {int(np.max(p))} is past the table of {rows} rows")
         if kind == "wrap":  # a gather that indexes from the end for negative positions (Python, torch)
             return _spec(x, np.mod(p, rows), **kw)
+        if kind == "garbage":  # an unchecked gather: finite values from whatever memory lies outside
+            outside = past | np.broadcast_to(np.asarray(p) < 0, past.shape)
+            out[outside] = np.random.default_rng(0).normal(size=out[outside].shape) * 1e3
+            return out
         out[past] = np.asarray(x)[past] if kind == "unrotated" else np.nan
         return out
     return apply_rope
@@ -148,13 +152,15 @@ PLANTED = [  # (diagnosis, mock, case)
     ("non-finite", _table_rows("nan"), "rope/edge/past-table"),
     ("wrapped", _table_rows("wrap"), "rope/edge/negative-positions"),
     ("wrapped", _table_rows("wrap"), "rope/edge/offset-past-table-interleaved"),
+    ("out-of-table", _table_rows("garbage"), "rope/edge/past-table"),
+    ("out-of-table", _table_rows("garbage"), "rope/edge/negative-positions"),
     ("unknown", _noisy, "rope/hf-llama/short"),
 ]
 
 
 @pytest.mark.parametrize("diagnosis, fn, case_id", PLANTED, ids=[f"{d}-{c}" for d, _, c in PLANTED])
 def test_planted_mismatch_fails_and_is_named(diagnosis, fn, case_id):
-    declared = {"max_positions": 4096} if diagnosis == "wrapped" else {}
+    declared = {"max_positions": 4096} if diagnosis in ("wrapped", "out-of-table") else {}
     [record] = _records(_mock(diagnosis, fn, **declared), case_id)
     assert record.status == "fail", record
     assert record.diagnosis == diagnosis, (record.diagnosis, record.diagnosis_detail)
@@ -169,6 +175,13 @@ def test_longrope_factors_names_only_the_long_set_at_short_lengths():
     # the short set past the original length is another mismatch (HF: long factors there)
     [record] = _records(_mock("short", _always_short), "rope/half-longrope/long")
     assert record.status == "fail" and record.diagnosis != "longrope-factors", record
+
+
+def test_out_of_table_needs_every_row_inside_the_table_right():
+    def garbage_everywhere(x, p, **kw):
+        return _table_rows("garbage")(x, p, **kw) + 0.01 * np.sign(np.asarray(x))
+    [record] = _records(_mock("everywhere", garbage_everywhere, max_positions=4096), "rope/edge/past-table")
+    assert record.status == "fail" and record.diagnosis == "unknown", record
 
 
 def test_every_diagnosis_of_the_contract_is_planted():
