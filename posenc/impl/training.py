@@ -25,7 +25,7 @@ __all__ = ["rope_backward", "rotate_table_half", "table_gradients", "angle_gradi
            "TRAINING_DIAGNOSES", "BackwardDiagnosis"]
 
 #: what a wrong backward can be named, besides the forward's names
-BACKWARD_DIAGNOSES = ("offset", "direction", "layout", "pass-through", "cotangent-layout")
+BACKWARD_DIAGNOSES = ("offset", "direction", "layout", "unrotated", "pass-through", "cotangent-layout")
 #: what the aliasing and table-gradient cases name
 TRAINING_DIAGNOSES = ("in-place-unversioned", "in-place-undeclared", "cotangent-mutated",
                       "upstream-gradient-corrupted", "no-gradient")
@@ -99,6 +99,9 @@ def _backward_variants(w, x_shape, positions, kwargs, rot: Rotation):
     other = "interleaved" if kw.get("layout", "half") == "half" else "half"
     yield ("layout", f"your gradient equals the spec's backward with layout={other!r}",
            lambda: rope_backward(w, x_shape, p, {**kw, "layout": other}))
+    # an in-place kernel with no autograd formula: autograd sees the copy before it, not the rotation
+    yield ("unrotated", "your gradient equals the cotangent unrotated: the rotation is invisible to autograd "
+                        "(an in-place kernel without a backward)", lambda: np.asarray(w, np.float64).copy())
 
 
 def diagnose_backward(grad, desired, tol: Tolerance, *, cotangent, x_shape, positions, kwargs,

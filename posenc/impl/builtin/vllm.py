@@ -180,6 +180,25 @@ FINDINGS = (
                          '# q = torch.randn(8, 16); rope.forward_cpu(torch.randint(0, 40, (3, 8)), q, q.clone())'),
         'still': "type(rope).__name__ != 'MRotaryEmbedding'",
     },
+    {
+        'implementation': ('vllm'),
+        'title': ('the rotary_embedding op is invisible to autograd: its gradient is the cotangent unrotated'),
+        'text': ("`forward_cpu` rotates `query` in place through the C++ op, which has no autograd formula "
+            'and does not record the write: backpropagating through it returns the upstream gradient '
+            'unchanged (no error, no warning), where `forward_native` returns the inverse rotation. '
+            'Harmless in inference; wrong in any training or gradient-based use of the op.'),
+        'reproduction': ('import torch\n'
+                         'from vllm.config import VllmConfig, set_current_vllm_config\n'
+                         'from vllm.model_executor.layers.rotary_embedding import get_rope\n'
+                         'with set_current_vllm_config(VllmConfig()):  # CustomOp construction reads the current '
+                         'config\n'
+                         '    rope = get_rope(16, 64, is_neox_style=True, rope_parameters=None, dtype=torch.float32)\n'
+                         '    x = torch.randn(8, 16, requires_grad=True); pos = torch.arange(8); g = torch.randn(8, 16)\n'
+                         '    q = x.clone()\n'
+                         '    rope.forward_cpu(pos, q, q.clone())[0].backward(g)\n'
+                         'print(torch.equal(x.grad, g))  # True: the rotation never reached the gradient'),
+        'still': 'torch.equal(x.grad, g)',
+    },
 )
 
 #: the verdicts at the pinned version, as data: every float32 comparison of the RoPE registry that fails

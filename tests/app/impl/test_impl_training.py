@@ -89,6 +89,18 @@ def test_a_backward_that_writes_constants_into_pass_through_channels_is_named():
     assert got == {"backward": ("pass", None), "backward-partial": ("fail", "pass-through")}, got
 
 
+def test_a_rotation_autograd_never_sees_is_named_unrotated():
+    """vLLM's CPU rotary_embedding op: q rotated in place by an op with no autograd formula, so the gradient
+    of the copy it rotated is the cotangent itself."""
+    def in_place_unseen(x, positions, **kwargs):
+        q = x.clone()
+        q.data.copy_(_spec_rope(x, positions, kwargs))
+        return q
+
+    got = verdicts(impl_of(in_place_unseen), "backward", "backward-offset")
+    assert got == {"backward": ("fail", "unrotated"), "backward-offset": ("fail", "unrotated")}, got
+
+
 def test_a_backward_that_mis_reads_a_zero_stride_cotangent_is_named():
     """unsloth #3781: a cotangent expanded over the heads (stride 0) read as if each head had its own rows."""
     def first_head_only(grad):
