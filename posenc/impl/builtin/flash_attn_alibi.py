@@ -45,6 +45,8 @@ import numpy as np
 
 from ...adapters import NotSupported, adapter
 from ..implementation import Implementation
+from ._kernel_bias import bias_handle, handle_tag
+from ._kernel_bias import require_alignment as kernel_alignment
 from ._loading import package_dir
 
 DISTRIBUTION = "flash-attn"
@@ -56,8 +58,6 @@ KERNEL_DTYPES = ("float16", "bfloat16")
 MAX_HEAD_DIM = 256
 
 _MISSING = "--impl flash-attn-alibi: flash_attn is not installed (pip install flash-attn, a CUDA build)"
-#: the attribute of a bias handle: `(slopes [H] float64, q_positions, k_positions, form)`
-_TAG = "_posenc_flash_attn_alibi"
 
 
 @functools.cache
@@ -99,22 +99,8 @@ def _require_kernel(device) -> None:
 
 
 def require_alignment(q_positions, k_positions) -> None:
-    """Check the case's positions are the indices flash-attn's bias reads, bottom-right aligned: every row's
-    keys `k0 .. k0 + k_len - 1` and queries `k0 + k_len - q_len .. k0 + k_len - 1`. NotSupported otherwise."""
-    q = np.asarray(q_positions)
-    k = np.asarray(k_positions)
-    if q.ndim not in (1, 2) or k.ndim != q.ndim or (q.ndim == 2 and q.shape[0] != k.shape[0]):
-        raise NotSupported(f"flash-attn's ALiBi reads one index per query and key, [n] or [batch, n] positions; "
-                           f"got {q.shape} and {k.shape}")
-    q_len, k_len = q.shape[-1], k.shape[-1]
-    start = k[..., :1]
-    aligned = (np.array_equal(k, start + np.arange(k_len))
-               and np.array_equal(q, start + (k_len - q_len) + np.arange(q_len)))
-    if not aligned:
-        raise NotSupported("flash-attn's ALiBi is -slope * |i + k_len - q_len - j| on indices (bottom-right "
-                           "aligned): it expresses keys k0..k0+k_len-1 with the last q_len of them as queries, "
-                           f"not query positions {q.reshape(-1)[:4].tolist()}... against keys "
-                           f"{k.reshape(-1)[:4].tolist()}...")
+    """Check the case's positions are the indices flash-attn's bias reads, bottom-right aligned (`_kernel_bias`)."""
+    kernel_alignment(q_positions, k_positions, kernel="flash-attn")
 
 
 def documented_bias(slopes, q_len: int, k_len: int) -> np.ndarray:
@@ -139,8 +125,6 @@ def alibi_slopes(num_heads, *, max_bias=8.0, dtype=None):
 def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bias=8.0, dtype=None):
     """The handle `attention(bias=...)` runs flash_attn_func with (module docstring): the documented
     non-causal bias, float32, tagged with flash-attn's slopes, the positions and the form."""
-    import torch
-
     if dtype is not None:
         raise NotSupported("flash-attn adds its ALiBi bias inside flash_attn_func and returns no bias tensor: "
                            "it is judged through attention (the attention-causal cases)")
@@ -153,32 +137,7 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bia
     bias = documented_bias(slopes, q.shape[-1], k.shape[-1])
     if q.ndim == 2:
         bias = np.broadcast_to(bias, (q.shape[0], *bias.shape))
-    out = torch.from_numpy(np.ascontiguousarray(bias, dtype=np.float32)).as_subclass(_kernel_bias_class())
-    setattr(out, _TAG, (slopes, q, k, form))
-    return out
-
-
-#: the torch functions a bias handle answers: attribute reads (`shape`, `dtype`, `device`), `dim()`, `size()`, repr
-_METADATA = frozenset({"__get__", "dim", "size", "__repr__"})
-
-
-@functools.cache
-def _kernel_bias_class():
-    import torch
-
-    class KernelBias(torch.Tensor):
-        """A bias handle: any torch operation on it is a skip (the case would judge values flash-attn never
-        exposes, e.g. the difference of two forms' raw logits); `attention` reads only its tag."""
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            if getattr(func, "__name__", None) in _METADATA:  # shape, dtype, device, dim(): what callers inspect
-                with torch._C.DisableTorchFunctionSubclass():
-                    return func(*args, **(kwargs or {}))
-            raise NotSupported("flash-attn's ALiBi bias exists only inside flash_attn_func: this handle is for "
-                               f"attention(bias=...), not for {getattr(func, '__name__', func)}")
-
-    return KernelBias
+    return bias_handle(bias, (slopes, q, k, form), inside="flash_attn_func")
 
 
 def attention(q, k, v, *, bias=None, causal=False, scale=None):
@@ -195,7 +154,7 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
         raise NotSupported(f"flash-attn 2's kernels take {' and '.join(KERNEL_DTYPES)}, not {q.dtype}")
     slopes = None
     if bias is not None:
-        found = getattr(bias, _TAG, None)
+        found = handle_tag(bias)
         if found is None:
             raise NotSupported("flash_attn_func adds ALiBi from per-head slopes, not an arbitrary bias tensor")
         slopes, _, _, form = found

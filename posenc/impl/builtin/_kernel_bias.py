@@ -1,0 +1,72 @@
+"""An ALiBi bias that exists only inside an attention kernel (flash-attn's `alibi_slopes`, vLLM's CPU attention
+op): the contract's `alibi_bias` returns a tagged tensor handle, which the same adapter's `attention(bias=...)`
+reads, and any other use of it is a skip. The kernels read query and key indices, so the case's positions must
+be bottom-right aligned (`require_alignment`)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ...adapters import NotSupported
+
+#: the attribute of a bias handle: the adapter's tag `(slopes [H] float64, q_positions, k_positions, form)`
+TAG = "_posenc_kernel_alibi"
+#: the torch functions a bias handle answers: attribute reads (`shape`, `dtype`, `device`), `dim()`, `size()`, repr
+_METADATA = frozenset({"__get__", "dim", "size", "__repr__"})
+
+
+def require_alignment(q_positions, k_positions, *, kernel: str) -> None:
+    """Check the case's positions are the indices `kernel`'s bias reads, bottom-right aligned: every row's
+    keys `k0 .. k0 + k_len - 1` and queries `k0 + k_len - q_len .. k0 + k_len - 1`. NotSupported otherwise."""
+    q = np.asarray(q_positions)
+    k = np.asarray(k_positions)
+    if q.ndim not in (1, 2) or k.ndim != q.ndim or (q.ndim == 2 and q.shape[0] != k.shape[0]):
+        raise NotSupported(f"{kernel}'s ALiBi reads one index per query and key, [n] or [batch, n] positions; "
+                           f"got {q.shape} and {k.shape}")
+    q_len, k_len = q.shape[-1], k.shape[-1]
+    start = k[..., :1]
+    aligned = (np.array_equal(k, start + np.arange(k_len))
+               and np.array_equal(q, start + (k_len - q_len) + np.arange(q_len)))
+    if not aligned:
+        raise NotSupported(f"{kernel}'s ALiBi is computed on indices (bottom-right aligned): it expresses keys "
+                           "k0..k0+k_len-1 with the last q_len of them as queries, not query positions "
+                           f"{q.reshape(-1)[:4].tolist()}... against keys {k.reshape(-1)[:4].tolist()}...")
+
+
+def bias_handle(values: np.ndarray, tag: tuple, *, inside: str):
+    """A float32 torch tensor of `values` that carries `tag` (`handle_tag` reads it back); `inside` names the
+    call that computes the bias, for the skip any other use of the handle gets."""
+    import torch
+
+    out = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).as_subclass(_handle_class())
+    setattr(out, TAG, tag)
+    out._posenc_inside = inside
+    return out
+
+
+def handle_tag(bias):
+    """The tag of a `bias_handle`, or None for any other bias."""
+    return getattr(bias, TAG, None)
+
+
+@functools.cache
+def _handle_class():
+    import torch
+
+    class KernelBias(torch.Tensor):
+        """A bias handle: any torch operation on it is a skip (the case would judge values the kernel never
+        exposes, e.g. the difference of two forms' raw logits); `attention` reads only its tag."""
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", None) in _METADATA:  # shape, dtype, device, dim(): what callers inspect
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **(kwargs or {}))
+            inside = next((a._posenc_inside for a in args if hasattr(a, "_posenc_inside")),
+                          "the attention kernel")
+            raise NotSupported(f"this ALiBi bias exists only inside {inside}: the handle is for "
+                               f"attention(bias=...), not for {getattr(func, '__name__', func)}")
+
+    return KernelBias
