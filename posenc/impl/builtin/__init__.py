@@ -41,6 +41,7 @@ BUILTINS = {
     "gemma": "gemma",
     "torchtune": "torchtune",
     "vllm": "vllm",
+    "vllm-alibi": "vllm_alibi",
     "flash-attn": "flash_attn",
     "flash-attn-alibi": "flash_attn_alibi",
     "liger-kernel": "liger_kernel",

@@ -38,3 +38,23 @@ def test_vllm_native_passes_and_the_cpu_op_returns_garbage_past_the_table():
     assert all(r.status in ("pass", "skip") for (backend, _, _), r in records.items() if backend == "vllm")
     for case in ("past-table", "offset-past-table", "decode-past-table"):
         assert records[(kernel, "edge", case)].status == "fail", case
+
+
+def test_vllm_cpu_op_names_its_negative_and_past_table_rows_and_its_backward():
+    records = edge_records("vllm")
+    kernel = next(backend for backend, _, _ in records if backend != "vllm")
+    named = {records[(kernel, "edge", case)].diagnosis for case in ("past-table", "negative-positions")}
+    assert named <= {"out-of-table", "non-finite"}, named  # finite garbage, or inf/NaN, by what memory holds
+    backward = [c for c in all_cases() if c.convention == "training" and c.case_set.startswith("backward")]
+    got = run_implementations(backward, [i for i in load_builtin("vllm") if i.name == kernel], dtypes=["float32"])
+    assert {(r.status, r.diagnosis) for r in got} == {("fail", "unrotated")}  # autograd never sees the op
+
+
+def test_vllm_cpu_attention_alibi_equals_the_spec_under_the_causal_mask():
+    if not builtin_status("vllm-alibi")[0]:
+        pytest.skip("vllm is not installed")
+    cases = [c for c in all_cases() if c.family in ("alibi", "attention")]
+    got = run_implementations(cases, load_builtin("vllm-alibi"), dtypes=["float32", "bfloat16"])
+    attention = [r for r in got if r.case.startswith("attention") or r.case.startswith("causal")]
+    assert attention and {r.status for r in attention} == {"pass"}, [(r.case, r.status) for r in attention]
+    assert not [r for r in got if r.status in ("fail", "error")]
