@@ -12,6 +12,7 @@ import ast
 import importlib
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -149,18 +150,30 @@ _TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".ini", ".yml", ".yaml"
 _NOT_SOURCE = {".git", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis"}
 
 
+def _repository_files():
+    """The repository's own files, relative: what git tracks or would (ignored paths such as the environments
+    scripts/ builds beside the checkout are not the repository's), else every file outside `_NOT_SOURCE`."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+        return [rel for rel in listed if (ROOT / rel).is_file()]
+    except (OSError, subprocess.CalledProcessError):
+        found = []
+        for folder, subfolders, files in os.walk(ROOT):
+            subfolders[:] = [d for d in subfolders if d not in _NOT_SOURCE and not d.endswith(".egg-info")]
+            found += [Path(folder, file).relative_to(ROOT).as_posix() for file in files]
+        return found
+
+
 def test_no_file_points_outside_the_repository():
     """The repository stands alone: docs and docstrings cite docs/api.md and docs/conventions.md, never a
     directory beside the checkout."""
     offenders = []
-    for folder, subfolders, files in os.walk(ROOT):
-        subfolders[:] = [d for d in subfolders if d not in _NOT_SOURCE and not d.endswith(".egg-info")]
-        for file in files:
-            path = Path(folder, file)
-            rel = path.relative_to(ROOT).as_posix()
-            if path.suffix not in _TEXT_SUFFIXES and rel != ".ci/run":
-                continue
-            for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-                if _OUTSIDE.search(line):
-                    offenders.append(f"{rel}:{number}")
+    for rel in _repository_files():
+        path = ROOT / rel
+        if path.suffix not in _TEXT_SUFFIXES and rel != ".ci/run":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if _OUTSIDE.search(line):
+                offenders.append(f"{rel}:{number}")
     assert not offenders, offenders

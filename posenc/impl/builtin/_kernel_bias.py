@@ -35,6 +35,28 @@ def require_alignment(q_positions, k_positions, *, kernel: str) -> None:
                            f"{q.reshape(-1)[:4].tolist()}... against keys {k.reshape(-1)[:4].tolist()}...")
 
 
+def kernel_attention_args(q, k, v, bias, *, call: str, dtypes: tuple, causal, scale):
+    """`(scale, tag)` of an attention kernel's call that adds ALiBi from a handle's slopes: q, k, v torch
+    `[batch, heads, s, d]` with equal batch and heads, in one of `dtypes`; `bias` None (tag None) or a handle
+    of as many slopes as heads. NotSupported naming `call` otherwise."""
+    from posenc_np.attention import check_attention_args
+
+    scale = check_attention_args(q.shape, k.shape, v.shape, causal=causal, scale=scale)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
+        raise NotSupported(f"{call} takes [batch, heads, s, d] q, k, v here with equal batch and heads; got "
+                           f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if str(q.dtype).removeprefix("torch.") not in dtypes:
+        raise NotSupported(f"{call} takes {' and '.join(dtypes)} here, not {q.dtype}")
+    if bias is None:
+        return scale, None
+    tag = handle_tag(bias)
+    if tag is None:
+        raise NotSupported(f"{call} adds ALiBi from per-head slopes, not an arbitrary bias tensor")
+    if len(tag[0]) != q.shape[1]:
+        raise NotSupported(f"the ALiBi handle has {len(tag[0])} heads, q has {q.shape[1]}")
+    return scale, tag
+
+
 def bias_handle(values: np.ndarray, tag: tuple, *, inside: str):
     """A float32 torch tensor of `values` that carries `tag` (`handle_tag` reads it back); `inside` names the
     call that computes the bias, for the skip any other use of the handle gets."""

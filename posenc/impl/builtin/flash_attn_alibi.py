@@ -45,7 +45,7 @@ import numpy as np
 
 from ...adapters import NotSupported, adapter
 from ..implementation import Implementation
-from ._kernel_bias import bias_handle, handle_tag
+from ._kernel_bias import bias_handle, kernel_attention_args
 from ._kernel_bias import require_alignment as kernel_alignment
 from ._loading import package_dir
 
@@ -143,25 +143,12 @@ def alibi_bias(num_heads, q_positions, k_positions, *, form="symmetric", max_bia
 def attention(q, k, v, *, bias=None, causal=False, scale=None):
     """The contract's `attention` through one `flash_attn_func` call (module docstring): `bias` a handle of
     this adapter's `alibi_bias` (or None: no ALiBi); `(out, weights)` in q's dtype."""
-    from posenc_np.attention import check_attention_args
-
     _require_kernel(q.device)
-    scale = check_attention_args(q.shape, k.shape, v.shape, causal=causal, scale=scale)
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
-        raise NotSupported("flash_attn_func takes [batch, heads, s, d] q, k, v here with equal batch and heads; "
-                           f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if str(q.dtype).removeprefix("torch.") not in KERNEL_DTYPES:
-        raise NotSupported(f"flash-attn 2's kernels take {' and '.join(KERNEL_DTYPES)}, not {q.dtype}")
-    slopes = None
-    if bias is not None:
-        found = handle_tag(bias)
-        if found is None:
-            raise NotSupported("flash_attn_func adds ALiBi from per-head slopes, not an arbitrary bias tensor")
-        slopes, _, _, form = found
-        if not causal and form != "symmetric":
-            raise NotSupported(f"without a causal mask flash-attn adds the symmetric form, not {form!r}")
-        if len(slopes) != q.shape[1]:
-            raise NotSupported(f"the ALiBi handle has {len(slopes)} heads, q has {q.shape[1]}")
+    scale, tag = kernel_attention_args(q, k, v, bias, call="flash_attn_func", dtypes=KERNEL_DTYPES, causal=causal,
+                                       scale=scale)
+    slopes = None if tag is None else tag[0]
+    if tag is not None and not causal and tag[3] != "symmetric":
+        raise NotSupported(f"without a causal mask flash-attn adds the symmetric form, not {tag[3]!r}")
     return flash_attn_alibi_weights(q, k, v, slopes, causal=causal,
                                     scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
 

@@ -232,10 +232,10 @@ FINDINGS = (
 #: or errors, "implementation convention/case" -> diagnosis ("error": it raised);
 #: tests/app/impl/test_builtin_verdicts.py runs the built-in and fails on any new or stale entry
 EXPECTED = {
-    'ggml qwen3-vl/short': 'angle-precision',
-    'ggml qwen3-vl/long': 'angle-precision',
-    'ggml qwen3-vl/per-row': 'angle-precision',
-    'ggml qwen3-vl/text-image-video': 'angle-precision',
+    'ggml qwen3-vl/short': 'imrope-fourth-stream',
+    'ggml qwen3-vl/long': 'imrope-fourth-stream',
+    'ggml qwen3-vl/per-row': 'imrope-fourth-stream',
+    'ggml qwen3-vl/text-image-video': 'imrope-fourth-stream',
     'ggml mrope-interleaved-linear/long': 'imrope-fourth-stream',
     'ggml mrope-interleaved-yarn/long': 'imrope-fourth-stream',
     'ggml mrope-interleaved-longrope/short': 'imrope-fourth-stream',

