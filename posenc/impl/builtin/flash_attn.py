@@ -178,8 +178,10 @@ def load() -> tuple[Implementation, ...]:
                            description=f"apply_rotary_emb (Triton, {mode}), [batch] tensor seqlen_offsets", **common)
     plain.kernel = (rotary_kernel, "half")
     return (plain,
+            # the int path checks its table: `assert seqlen_offsets + seqlen <= seqlen_ro` (ops/triton/rotary.py)
             Implementation("flash-attn-int-offset", "torch", {"apply_rope": make_apply_rope(tensor_offsets=False)},
-                           description=f"apply_rotary_emb (Triton, {mode}), int seqlen_offsets", **common),
+                           description=f"apply_rotary_emb (Triton, {mode}), int seqlen_offsets",
+                           refusals=(AssertionError,), **common),
             Implementation("flash-attn-inplace", "torch", {"apply_rope": make_apply_rope(inplace=True)}, inplace=True,
                            description=f"apply_rotary_emb(inplace=True) (Triton, {mode})", **common),
             Implementation("flash-attn-varlen", "torch", {"apply_rope": make_apply_rope(varlen=True)},
