@@ -27,8 +27,8 @@ __all__ = ["Diagnosis", "diagnose", "spec_variants", "DIAGNOSES"]
 #: Every diagnosis a record can carry: the contract's list, and `wrapped` (positions outside a declared
 #: table read rows modulo its length, as Python / torch indexing does for negative indices).
 DIAGNOSES = ("positions-rounded", "layout", "offset", "base", "scaling-ignored", "longrope-factors",
-             "attention-factor", "angle-precision", "partial-vs-proportional", "mrope-axes", "mrope-layout", "imrope-fourth-stream", "unrotated", "direction", "non-finite",
-             "wrapped", "out-of-table", "unknown",
+             "attention-factor", "angle-precision", "partial-vs-proportional", "mrope-axes", "mrope-layout",
+             "imrope-fourth-stream", "unrotated", "direction", "non-finite", "wrapped", "out-of-table", "unknown",
              # the other families' (`_family_variants`)
              "sinusoid-layout", "denominator", "slopes", "alibi-form", "antialias", "resize-grid", "align-corners",
              "cubic-a", "border", "kernel-table", "t5-direction", "transposed", "autocast", "compute-dtype",
@@ -210,8 +210,8 @@ def diagnose(actual, desired, tol: Tolerance, *, encoding, args, kwargs, dtype, 
         text = _unrotated_rows(actual, desired, x, tol, rotation)
         if text:
             return Diagnosis("unrotated", text)
-        variants = itertools.chain(_rounded_positions_variant(lambda p: apply_spec_rope(x, p, kwargs), positions, dtype),
-                                   rope_variants(x, positions, kwargs, table_rows, rotation))
+        rounded = _rounded_positions_variant(lambda p: apply_spec_rope(x, p, kwargs), positions, dtype)
+        variants = itertools.chain(rounded, rope_variants(x, positions, kwargs, table_rows, rotation))
     elif spec_fn is not None:
         variants = spec_variants(spec_fn, encoding, args, kwargs, dtype)
     else:

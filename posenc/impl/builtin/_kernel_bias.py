@@ -6,6 +6,7 @@ be bottom-right aligned (`require_alignment`)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -36,12 +37,14 @@ def require_alignment(q_positions, k_positions, *, kernel: str) -> None:
 
 
 def kernel_attention_args(q, k, v, bias, *, call: str, dtypes: tuple, causal, scale):
-    """`(scale, tag)` of an attention kernel's call that adds ALiBi from a handle's slopes: q, k, v torch
-    `[batch, heads, s, d]` with equal batch and heads, in one of `dtypes`; `bias` None (tag None) or a handle
-    of as many slopes as heads. NotSupported naming `call` otherwise."""
+    """`(scale, tag)` of an attention kernel's call that adds ALiBi from a handle's slopes: the logit scale
+    (1/sqrt(d) when None), and the handle's tag (None without a bias). q, k, v torch `[batch, heads, s, d]` with
+    equal batch and heads, in one of `dtypes`; `bias` None or a handle of as many slopes as heads.
+    NotSupported naming `call` otherwise."""
     from posenc_np.attention import check_attention_args
 
     scale = check_attention_args(q.shape, k.shape, v.shape, causal=causal, scale=scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
         raise NotSupported(f"{call} takes [batch, heads, s, d] q, k, v here with equal batch and heads; got "
                            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")

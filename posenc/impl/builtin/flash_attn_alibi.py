@@ -149,8 +149,7 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
     slopes = None if tag is None else tag[0]
     if tag is not None and not causal and tag[3] != "symmetric":
         raise NotSupported(f"without a causal mask flash-attn adds the symmetric form, not {tag[3]!r}")
-    return flash_attn_alibi_weights(q, k, v, slopes, causal=causal,
-                                    scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    return flash_attn_alibi_weights(q, k, v, slopes, causal=causal, scale=scale)
 
 
 def flash_attn_alibi_weights(q, k, v, slopes, *, causal, scale):

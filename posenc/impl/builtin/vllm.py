@@ -193,7 +193,8 @@ FINDINGS = (
                          'with set_current_vllm_config(VllmConfig()):  # CustomOp construction reads the current '
                          'config\n'
                          '    rope = get_rope(16, 64, is_neox_style=True, rope_parameters=None, dtype=torch.float32)\n'
-                         '    x = torch.randn(8, 16, requires_grad=True); pos = torch.arange(8); g = torch.randn(8, 16)\n'
+                         '    x = torch.randn(8, 16, requires_grad=True); g = torch.randn(8, 16)\n'
+                         '    pos = torch.arange(8)\n'
                          '    q = x.clone()\n'
                          '    rope.forward_cpu(pos, q, q.clone())[0].backward(g)\n'
                          'print(torch.equal(x.grad, g))  # True: the rotation never reached the gradient'),

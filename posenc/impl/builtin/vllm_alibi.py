@@ -25,7 +25,6 @@ decode step). Mapping of the contract:
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -86,7 +85,6 @@ def attention(q, k, v, *, bias=None, causal=False, scale=None):
     scale, tag = kernel_attention_args(q, k, v, bias, call="cpu_attention_with_kv_cache", dtypes=KERNEL_DTYPES,
                                        causal=causal, scale=scale)
     slopes = None if tag is None else torch.tensor(tag[0], dtype=torch.float32)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     rows = [_one_request(q[b], k[b], v[b], slopes, causal=bool(causal), scale=scale) for b in range(q.shape[0])]
     return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
 

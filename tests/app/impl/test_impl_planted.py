@@ -69,16 +69,17 @@ def _always_short(x, p, *, scaling, **kw):
     return _spec(x, p, scaling={**scaling, "long_factor": scaling["short_factor"]}, **kw)
 
 
+#: the pairs ggml's IMROPE reads from its 4th stream (research kernels-and-schemes B.3): pair j with
+#: j % 3 == a and j >= 3 x section[a]; [24, 20, 20] over 64 pairs: 61 and 62; [2, 3, 3] over 8 pairs: 6
+_FOURTH_STREAM_PAIRS = {(24, 20, 20): [61, 62], (2, 3, 3): [6]}
+
+
 def _fourth_stream(x, p, **kw):
-    # ggml's IMROPE: pair j reads axis j % 3 only while j < 3 x that axis' section, else a 4th stream of 0
+    # those pairs keep their input (times the attention factor): llama.cpp sets the 4th stream to 0 for text
     out, x64 = _spec(x, p, **kw).astype(np.float64), np.asarray(x, np.float64)
     rot = spec_rotation(np.shape(x), p, kw)
-    j = np.arange(len(rot.first))
-    fall = np.zeros(j.shape, bool)
-    for axis, size in enumerate(kw["mrope_section"]):
-        fall |= (j % 3 == axis) & (j >= 3 * size)
-    assert fall.any()
-    for channels in (rot.first[fall], rot.second[fall]):
+    pairs = _FOURTH_STREAM_PAIRS[tuple(kw["mrope_section"])]
+    for channels in (rot.first[pairs], rot.second[pairs]):
         out[..., channels] = rot.attention_scale * x64[..., channels]
     return out.astype(np.asarray(x).dtype)
 
